@@ -1,0 +1,49 @@
+// The `kiln` subcommands as plain functions of their parsed arguments; kiln_main.cpp owns the
+// command line (CLI11) and calls these. Each returns the process exit code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct common_args {
+  std::string log_level = "info";
+  int threads = 0; // 0 = all cores
+};
+
+struct tasks_validate_args {
+  std::vector<std::string> paths;
+  std::string device = "cpu";
+  std::string json_out;
+  int64_t memory_budget_mib = 16384;
+  int timing_runs = 3;
+  double min_ms = 0, max_ms = 0;
+  bool shapes_only = false; // parse and check only; no reference runs
+};
+int cmd_tasks_validate(const common_args& common, const tasks_validate_args& args);
+
+struct run_args {
+  std::string config; // empty = the embedded configs/quickstart.toml
+  std::vector<std::string> overrides;
+};
+int cmd_run(const common_args& common, const run_args& args);
+
+struct synth_args {
+  std::string out;
+  int64_t count = 6000;
+  uint64_t seed = 1;
+  std::vector<std::string> dedup_against;
+  std::string device = "cpu";
+  double min_ms = 0.05, max_ms = 50;
+  std::string stats_out;
+  bool no_run = false; // skip the eager filters (structure only)
+  int max_ops = 5;
+};
+int cmd_synth(const common_args& common, const synth_args& args);
+
+// Applies the thread count to LibTorch's intra-op pool (0 = hardware cores); returns it.
+int configure_threads(int threads);
+
+} // namespace kiln

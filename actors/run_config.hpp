@@ -1,0 +1,33 @@
+// The experiment config of `kiln run`: every section and key, with defaults. Read through
+// config_reader so that a wrong type or an unknown key is an error naming file, line and key.
+#pragma once
+
+#include "actors/config_reader.hpp"
+#include "data/expected.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct run_config {
+  std::string origin; // config file, or "<embedded quickstart.toml>"
+  std::string name = "quickstart";
+  std::string out_dir = "runs";
+  uint64_t seed = 1;
+  std::string backend = "cpu";
+  std::vector<std::string> suites;
+  int64_t max_tasks = 0;
+  int64_t memory_budget_mib = 4096;
+  int threads = 0;
+  int timing_runs = 3;
+  int degeneracy_seeds = 3;
+};
+
+expected<run_config> read_run_config(config_reader& r);
+
+// The reader for `path`, or for the quickstart config embedded in the binary when `path` is empty.
+expected<config_reader> open_config(const std::string& path);
+
+} // namespace kiln

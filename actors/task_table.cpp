@@ -1,0 +1,65 @@
+#include "actors/task_table.hpp"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace kiln {
+
+validation shape_only_validation(const task& t) {
+  validation v;
+  v.name = t.name;
+  v.origin = t.origin;
+  v.level = t.level;
+  v.ops = t.ops.size();
+  for (const auto& o : t.outputs)
+    v.output_shape += (v.output_shape.empty() ? "" : " ") + to_string(value_shape(t, find_value(t, o)));
+  v.ok = true;
+  v.verdict = "ok (shapes)";
+  return v;
+}
+
+task_table::task_table(std::string json_path, bool shapes_only)
+    : json_path_(std::move(json_path)), shapes_only_(shapes_only) {}
+
+bool task_table::open() {
+  if (!json_path_.empty()) {
+    json_.open(json_path_);
+    if (!json_) {
+      spdlog::error("{}: cannot write", json_path_);
+      return false;
+    }
+  }
+  std::printf("%-44s %5s %4s  %-22s %10s  %s\n", "name", "level", "ops", "output shape",
+              shapes_only_ ? "" : "eager ms", "verdict");
+  std::fflush(stdout);
+  return true;
+}
+
+void task_table::row(const validation& v) {
+  ++rows_;
+  eager_total_ms_ += v.eager_ms;
+  char ms[32] = "";
+  if (!shapes_only_) std::snprintf(ms, sizeof ms, "%.3f", v.eager_ms);
+  std::printf("%-44s %5d %4zu  %-22s %10s  %s%s%s\n", v.name.c_str(), v.level, v.ops,
+              v.output_shape.c_str(), ms, v.verdict.c_str(), v.warning.empty() ? "" : "  (warning: ",
+              v.warning.empty() ? "" : (v.warning + ")").c_str());
+  std::fflush(stdout);
+  if (json_) {
+    nlohmann::json j = {{"name", v.name},     {"origin", v.origin},   {"level", v.level},
+                        {"ops", v.ops},       {"output_shape", v.output_shape},
+                        {"eager_ms", v.eager_ms}, {"ok", v.ok},       {"verdict", v.verdict}};
+    if (!v.warning.empty()) j["warning"] = v.warning;
+    json_ << j.dump() << "\n";
+    json_.flush();
+  }
+}
+
+void task_table::summary(std::size_t total, int bad, const std::string& device) {
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::printf("%zu tasks, %zu ok, %d bad; device %s; %.1f s (eager total %.1f ms)\n", total,
+              total - static_cast<std::size_t>(bad), bad, device.c_str(), secs, eager_total_ms_);
+  std::fflush(stdout);
+}
+
+} // namespace kiln

@@ -1,0 +1,83 @@
+// The v1 op vocabulary: each op's family, arity and attributes, and shape inference from argument
+// shapes. Pure metadata; no tensors are allocated here.
+#pragma once
+
+#include "data/expected.hpp"
+#include "data/task_spec.hpp"
+
+#include <string_view>
+#include <vector>
+
+namespace kiln {
+
+enum class op_family {
+  unary,           // elementwise, one arg
+  binary,          // elementwise with broadcasting, or one arg + attrs.scalar
+  linear,          // linear(x, w[, b])
+  matmul,          // torch.matmul
+  bmm,             // batched [B,n,k] x [B,k,m]
+  conv,            // conv1d/2d/3d
+  conv_transpose,  // conv_transpose1d/2d/3d
+  max_pool,
+  avg_pool,
+  adaptive_avg_pool,
+  batch_norm,
+  group_norm,
+  layer_norm,
+  instance_norm,
+  rms_norm,
+  softmax,         // softmax, log_softmax
+  logsumexp,
+  reduce,          // sum, mean, amax, amin, prod
+  arg_reduce,      // argmax, argmin
+  cumsum,
+  reshape,
+  permute,
+  transpose,
+  flatten,
+  dropout,
+};
+
+enum class attr_kind { integer, real, boolean, string, ints, int_or_ints };
+
+struct attr_spec {
+  std::string_view name;
+  attr_kind kind;
+  bool required = false;
+};
+
+struct op_info {
+  std::string_view name;
+  op_family family;
+  int min_args = 1;
+  int max_args = 1;
+  int spatial = 0; // conv / pool: number of spatial dims
+  std::vector<attr_spec> attrs;
+};
+
+const std::vector<op_info>& all_ops();
+const op_info* find_op(std::string_view name);
+
+// Typed attribute access with PyTorch defaults. Validation (check_attrs) guarantees kinds match.
+int64_t attr_int(const attr_map& a, std::string_view key, int64_t fallback);
+double attr_real(const attr_map& a, std::string_view key, double fallback);
+bool attr_bool(const attr_map& a, std::string_view key, bool fallback);
+std::string attr_string(const attr_map& a, std::string_view key, const std::string& fallback);
+bool has_attr(const attr_map& a, std::string_view key);
+// An int or a list of ints, expanded to n entries (conv / pool sizes).
+std::vector<int64_t> attr_ints(const attr_map& a, std::string_view key, std::size_t n,
+                               int64_t fallback);
+// dim attributes as a list (an int becomes a one-element list); empty when absent.
+std::vector<int64_t> attr_dims(const attr_map& a, std::string_view key);
+
+// Checks that attribute names and kinds are known for the op; message names the field.
+status check_attrs(const op_info& op, const attr_map& attrs);
+
+// Output shape of `op` applied to args of the given shapes; the error names the offending field.
+expected<shape_t> infer_shape(const op_info& op, const std::vector<shape_t>& args,
+                              const attr_map& attrs);
+
+// Normalizes a possibly negative dim against rank; false when out of range.
+bool normalize_dim(int64_t& dim, std::size_t rank);
+
+} // namespace kiln

@@ -1,0 +1,333 @@
+#include "data/task_parse.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+namespace kiln {
+
+using json = nlohmann::json;
+
+namespace {
+
+struct parse_error {
+  std::string message;
+};
+
+[[noreturn]] void fail(const std::string& at, const std::string& msg) {
+  throw parse_error{at + ": " + msg};
+}
+
+std::string type_name(const json& j) {
+  if (j.is_number_integer()) return "an integer";
+  if (j.is_number_float()) return "a number";
+  return j.type_name();
+}
+
+void check_keys(const json& obj, const std::string& at, std::initializer_list<const char*> known) {
+  if (!obj.is_object()) fail(at, "expected a table, got " + type_name(obj));
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    bool found = false;
+    for (auto k : known) found = found || it.key() == k;
+    if (!found) {
+      std::string list;
+      for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+      fail(at.empty() ? it.key() : at + "." + it.key(), "unknown key (expected one of: " + list + ")");
+    }
+  }
+}
+
+const json& need(const json& obj, const char* key, const std::string& at) {
+  auto it = obj.find(key);
+  if (it == obj.end()) fail(at.empty() ? key : at + "." + key, "missing");
+  return *it;
+}
+
+std::string str(const json& j, const std::string& at) {
+  if (!j.is_string()) fail(at, "expected a string, got " + type_name(j));
+  return j.get<std::string>();
+}
+
+int64_t integer(const json& j, const std::string& at) {
+  if (!j.is_number_integer()) fail(at, "expected an integer, got " + type_name(j));
+  return j.get<int64_t>();
+}
+
+double real(const json& j, const std::string& at) {
+  if (!j.is_number()) fail(at, "expected a number, got " + type_name(j));
+  return j.get<double>();
+}
+
+shape_t shape(const json& j, const std::string& at) {
+  if (!j.is_array()) fail(at, "expected a list of integers, got " + type_name(j));
+  shape_t s;
+  for (std::size_t i = 0; i < j.size(); ++i) s.push_back(integer(j[i], at + "[" + std::to_string(i) + "]"));
+  return s;
+}
+
+std::vector<std::string> strings(const json& j, const std::string& at) {
+  if (!j.is_array()) fail(at, "expected a list of strings, got " + type_name(j));
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < j.size(); ++i) out.push_back(str(j[i], at + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+dtype parse_dtype(const std::string& s, const std::string& at) {
+  if (s == "float32") return dtype::float32;
+  if (s == "float16") return dtype::float16;
+  if (s == "bfloat16") return dtype::bfloat16;
+  fail(at, "unknown dtype '" + s + "' (expected float32, float16 or bfloat16)");
+}
+
+void parse_init(const std::string& s, tensor_decl& d, const std::string& at) {
+  static const std::pair<const char*, init_kind> kinds[] = {
+    {"uniform", init_kind::uniform},
+    {"normal", init_kind::normal},
+    {"ones", init_kind::ones},
+    {"zeros", init_kind::zeros},
+    {"kaiming_uniform", init_kind::kaiming_uniform},
+    {"bias_uniform", init_kind::bias_uniform},
+  };
+  for (const auto& [name, kind] : kinds)
+    if (s == name) {
+      d.init = kind;
+      return;
+    }
+  if (s.rfind("randint:", 0) == 0) {
+    long long lo = 0, hi = 0;
+    char tail = 0;
+    if (std::sscanf(s.c_str(), "randint:%lld:%lld%c", &lo, &hi, &tail) == 2 && lo < hi) {
+      d.init = init_kind::randint;
+      d.lo = lo;
+      d.hi = hi;
+      return;
+    }
+    fail(at, "malformed '" + s + "' (expected randint:LO:HI with LO < HI)");
+  }
+  fail(at, "unknown init '" + s +
+             "' (expected uniform, normal, randint:LO:HI, ones, zeros, kaiming_uniform, bias_uniform)");
+}
+
+tensor_decl parse_decl(const json& j, const std::string& at, bool is_param) {
+  check_keys(j, at, {"name", "shape", "init", "of"});
+  tensor_decl d;
+  d.name = str(need(j, "name", at), at + ".name");
+  d.shape = shape(need(j, "shape", at), at + ".shape");
+  d.init = is_param ? init_kind::kaiming_uniform : init_kind::uniform;
+  if (j.contains("init")) parse_init(str(j["init"], at + ".init"), d, at + ".init");
+  if (j.contains("of")) d.of = str(j["of"], at + ".of");
+  return d;
+}
+
+attr_value parse_attr(const json& j, const std::string& at) {
+  if (j.is_boolean()) return j.get<bool>();
+  if (j.is_number_integer()) return j.get<int64_t>();
+  if (j.is_number_float()) return j.get<double>();
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_array()) {
+    bool all_int = true;
+    for (const auto& e : j) {
+      if (!e.is_number()) fail(at, "lists may hold numbers only");
+      all_int = all_int && e.is_number_integer();
+    }
+    if (all_int) return j.get<std::vector<int64_t>>();
+    return j.get<std::vector<double>>();
+  }
+  fail(at, "expected a number, boolean, string or list, got " + type_name(j));
+}
+
+task parse(const json& j, const std::string& origin) {
+  check_keys(j, "", {"name", "level", "dtype", "outputs", "tolerance", "inputs", "params", "ops",
+                     "description"});
+  task t;
+  t.origin = origin;
+  t.name = str(need(j, "name", ""), "name");
+  auto in_task = [&](const std::string& field) { return "task '" + t.name + "': " + field; };
+  try {
+    t.level = static_cast<int>(integer(need(j, "level", ""), "level"));
+    t.type = j.contains("dtype") ? parse_dtype(str(j["dtype"], "dtype"), "dtype") : dtype::float32;
+    t.outputs = strings(need(j, "outputs", ""), "outputs");
+    t.tol = default_tolerance(t.type);
+    if (j.contains("tolerance")) {
+      const auto& tol = j["tolerance"];
+      check_keys(tol, "tolerance", {"atol", "rtol", "reduced_precision"});
+      if (tol.contains("atol")) t.tol.atol = real(tol["atol"], "tolerance.atol");
+      if (tol.contains("rtol")) t.tol.rtol = real(tol["rtol"], "tolerance.rtol");
+      if (tol.contains("reduced_precision")) {
+        if (!tol["reduced_precision"].is_boolean())
+          fail("tolerance.reduced_precision", "expected a boolean");
+        t.tol.reduced_precision = tol["reduced_precision"].get<bool>();
+      }
+    }
+    auto list = [&](const char* key, bool required) -> const json& {
+      static const json empty = json::array();
+      if (!j.contains(key)) {
+        if (required) fail(key, "missing");
+        return empty;
+      }
+      if (!j[key].is_array()) fail(key, "expected an array of tables, got " + type_name(j[key]));
+      return j[key];
+    };
+    const auto& inputs = list("inputs", true);
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      t.inputs.push_back(parse_decl(inputs[i], "inputs[" + std::to_string(i) + "]", false));
+    const auto& params = list("params", false);
+    for (std::size_t i = 0; i < params.size(); ++i)
+      t.params.push_back(parse_decl(params[i], "params[" + std::to_string(i) + "]", true));
+    const auto& ops = list("ops", true);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      std::string at = "ops[" + std::to_string(i) + "]";
+      check_keys(ops[i], at, {"out", "op", "args", "attrs"});
+      op_node op;
+      op.out = str(need(ops[i], "out", at), at + ".out");
+      op.op = str(need(ops[i], "op", at), at + ".op");
+      op.args = strings(need(ops[i], "args", at), at + ".args");
+      if (ops[i].contains("attrs")) {
+        const auto& attrs = ops[i]["attrs"];
+        if (!attrs.is_object()) fail(at + ".attrs", "expected a table, got " + type_name(attrs));
+        for (auto it = attrs.begin(); it != attrs.end(); ++it)
+          op.attrs[it.key()] = parse_attr(*it, at + ".attrs." + it.key());
+      }
+      t.ops.push_back(std::move(op));
+    }
+  } catch (const parse_error& e) {
+    throw parse_error{in_task(e.message)};
+  }
+  return t;
+}
+
+json toml_to_json(const toml::node& n) {
+  if (auto t = n.as_table()) {
+    json obj = json::object();
+    for (auto&& [k, v] : *t) obj[std::string(k.str())] = toml_to_json(v);
+    return obj;
+  }
+  if (auto a = n.as_array()) {
+    json arr = json::array();
+    for (auto&& v : *a) arr.push_back(toml_to_json(v));
+    return arr;
+  }
+  if (auto v = n.as_integer()) return v->get();
+  if (auto v = n.as_floating_point()) return v->get();
+  if (auto v = n.as_boolean()) return v->get();
+  if (auto v = n.as_string()) return v->get();
+  throw parse_error{"line " + std::to_string(n.source().begin.line) +
+                    ": dates and times are not valid in a task"};
+}
+
+void toml_value(std::ostringstream& out, const attr_value& v) { out << to_string(v); }
+
+} // namespace
+
+expected<task> task_from_json(const json& j, const std::string& origin) {
+  try {
+    if (!j.is_object()) return error{origin + ": expected a JSON object, got " + type_name(j)};
+    return parse(j, origin);
+  } catch (const parse_error& e) {
+    return error{origin + ": " + e.message};
+  } catch (const json::exception& e) {
+    return error{origin + ": " + e.what()};
+  }
+}
+
+expected<task> task_from_toml(const std::string& text, const std::string& origin) {
+  toml::table tbl;
+  try {
+    tbl = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    return error{origin + ":" + std::to_string(e.source().begin.line) + ":" +
+                 std::to_string(e.source().begin.column) + ": TOML syntax error: " +
+                 std::string(e.description())};
+  }
+  try {
+    return task_from_json(toml_to_json(tbl), origin);
+  } catch (const parse_error& e) {
+    return error{origin + ": " + e.message};
+  }
+}
+
+expected<task> read_task_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return error{path + ": cannot open file"};
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return task_from_toml(ss.str(), path);
+}
+
+json task_to_json(const task& t) {
+  json j;
+  j["name"] = t.name;
+  j["level"] = t.level;
+  j["dtype"] = to_string(t.type);
+  j["outputs"] = t.outputs;
+  j["tolerance"] = {{"atol", t.tol.atol}, {"rtol", t.tol.rtol}};
+  if (t.tol.reduced_precision) j["tolerance"]["reduced_precision"] = true;
+  auto decl = [](const tensor_decl& d) {
+    json o = {{"name", d.name}, {"shape", d.shape}};
+    o["init"] = d.init == init_kind::randint
+                  ? "randint:" + std::to_string(d.lo) + ":" + std::to_string(d.hi)
+                  : std::string(to_string(d.init));
+    if (!d.of.empty()) o["of"] = d.of;
+    return o;
+  };
+  j["inputs"] = json::array();
+  for (const auto& d : t.inputs) j["inputs"].push_back(decl(d));
+  if (!t.params.empty()) {
+    j["params"] = json::array();
+    for (const auto& d : t.params) j["params"].push_back(decl(d));
+  }
+  j["ops"] = json::array();
+  for (const auto& op : t.ops) {
+    json o = {{"out", op.out}, {"op", op.op}, {"args", op.args}};
+    if (!op.attrs.empty()) {
+      json a = json::object();
+      for (const auto& [k, v] : op.attrs)
+        std::visit([&](const auto& x) { a[k] = x; }, v);
+      o["attrs"] = a;
+    }
+    j["ops"].push_back(o);
+  }
+  return j;
+}
+
+std::string task_to_toml(const task& t) {
+  std::ostringstream out;
+  auto q = [](const std::string& s) { return json(s).dump(); }; // TOML basic strings escape like JSON
+  out << "name = " << q(t.name) << "\nlevel = " << t.level << "\ndtype = " << q(to_string(t.type))
+      << "\noutputs = [";
+  for (std::size_t i = 0; i < t.outputs.size(); ++i) out << (i ? ", " : "") << q(t.outputs[i]);
+  out << "]\n\n[tolerance]\natol = " << to_string(attr_value(t.tol.atol))
+      << "\nrtol = " << to_string(attr_value(t.tol.rtol)) << "\n";
+  if (t.tol.reduced_precision) out << "reduced_precision = true\n";
+  auto decl = [&](const char* section, const tensor_decl& d) {
+    out << "\n[[" << section << "]]\nname = " << q(d.name) << "\nshape = " << to_string(d.shape)
+        << "\ninit = "
+        << q(d.init == init_kind::randint
+               ? "randint:" + std::to_string(d.lo) + ":" + std::to_string(d.hi)
+               : std::string(to_string(d.init)))
+        << "\n";
+    if (!d.of.empty()) out << "of = " << q(d.of) << "\n";
+  };
+  for (const auto& d : t.inputs) decl("inputs", d);
+  for (const auto& d : t.params) decl("params", d);
+  for (const auto& op : t.ops) {
+    out << "\n[[ops]]\nout = " << q(op.out) << "\nop = " << q(op.op) << "\nargs = [";
+    for (std::size_t i = 0; i < op.args.size(); ++i) out << (i ? ", " : "") << q(op.args[i]);
+    out << "]\n";
+    if (!op.attrs.empty()) {
+      out << "attrs = { ";
+      bool first = true;
+      for (const auto& [k, v] : op.attrs) {
+        out << (first ? "" : ", ") << k << " = ";
+        toml_value(out, v);
+        first = false;
+      }
+      out << " }\n";
+    }
+  }
+  return out.str();
+}
+
+} // namespace kiln

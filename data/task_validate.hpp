@@ -1,0 +1,34 @@
+// `kiln tasks validate` for one task: reference run on fresh seeds, eager timing, degeneracy.
+#pragma once
+
+#include "data/degeneracy.hpp"
+#include "data/task_spec.hpp"
+
+#include <c10/core/Device.h>
+#include <string>
+
+namespace kiln {
+
+struct validation {
+  std::string name;
+  std::string origin;
+  int level = 0;
+  std::size_t ops = 0;
+  std::string output_shape;
+  double eager_ms = 0;  // median wall time of the reference, after a warm-up run
+  bool ok = false;      // ran, finite, not degenerate, eager time inside the window (if set)
+  std::string verdict;  // "ok", or the reason it is bad
+  std::string warning;  // non-fatal notes
+};
+
+struct validate_options {
+  c10::Device device = c10::Device(c10::kCPU);
+  int timing_runs = 3;
+  int degeneracy_seeds = 3;
+  double min_eager_ms = 0; // 0 = no window
+  double max_eager_ms = 0;
+};
+
+validation validate_task(const task& t, const validate_options& opts);
+
+} // namespace kiln

@@ -1,0 +1,87 @@
+#include "actors/config_reader.hpp"
+#include "actors/run_config.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace kiln;
+
+namespace {
+
+config_reader parse(const std::string& text) {
+  auto r = config_reader::parse(text, "exp.toml", "/base");
+  REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.message()));
+  return std::move(*r);
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+} // namespace
+
+TEST_CASE("typed reads with defaults") {
+  auto r = parse("[run]\nseed = 7\nname = \"x\"\nratio = 0.5\nflag = true\nlist = [\"a\", \"b\"]\n");
+  CHECK(r.integer("run.seed", 1) == 7);
+  CHECK(r.integer("run.absent", 3) == 3);
+  CHECK(r.string("run.name", "") == "x");
+  CHECK(r.real("run.ratio", 0) == 0.5);
+  CHECK(r.boolean("run.flag", false));
+  CHECK(r.strings("run.list", {}) == std::vector<std::string>{"a", "b"});
+  CHECK(r.finish().has_value());
+}
+
+TEST_CASE("errors name file, line, key and what was expected") {
+  auto r = parse("[run]\nname = \"q\"\nseed = \"seven\"\nthreads = 9999\n");
+  r.string("run.name", "");
+  CHECK(r.integer("run.seed", 1) == 1);
+  r.integer("run.threads", 0, 0, 64);
+  auto st = r.finish();
+  REQUIRE_FALSE(st.has_value());
+  CHECK(contains(st.message(), "exp.toml:3: key 'run.seed': expected an integer, got a string"));
+  CHECK(contains(st.message(), "exp.toml:4: key 'run.threads': expected an integer in [0, 64], got 9999"));
+}
+
+TEST_CASE("unknown keys are reported, so typos do not pass silently") {
+  auto r = parse("[run]\nsede = 3\n");
+  r.integer("run.seed", 1);
+  auto st = r.finish();
+  REQUIRE_FALSE(st.has_value());
+  CHECK(contains(st.message(), "exp.toml:2: key 'run.sede': unknown key"));
+}
+
+TEST_CASE("syntax errors carry line and column") {
+  auto r = config_reader::parse("[run]\nseed = = 1\n", "exp.toml", "/");
+  REQUIRE_FALSE(r.has_value());
+  CHECK(contains(r.message(), "exp.toml:2:"));
+}
+
+TEST_CASE("relative paths resolve against the config's directory") {
+  auto r = parse("[tasks]\nsuites = [\"../data/a\", \"/abs/b\"]\n");
+  auto ps = r.paths("tasks.suites", {});
+  CHECK(ps == std::vector<std::string>{"/data/a", "/abs/b"});
+}
+
+TEST_CASE("--set overrides keys, creating tables as needed") {
+  auto r = parse("[run]\nseed = 1\n");
+  REQUIRE(r.set("run.seed=5"));
+  REQUIRE(r.set("run.backend=cuda"));
+  REQUIRE(r.set("system.threads=2"));
+  CHECK(r.integer("run.seed", 0) == 5);
+  CHECK(r.string("run.backend", "") == "cuda");
+  CHECK(r.integer("system.threads", 0) == 2);
+  CHECK_FALSE(r.set("novalue").has_value());
+}
+
+TEST_CASE("the embedded quickstart config is valid") {
+  auto r = open_config("");
+  REQUIRE(r);
+  auto cfg = read_run_config(*r);
+  REQUIRE_MESSAGE(cfg.has_value(), (cfg ? "" : cfg.message()));
+  CHECK(cfg->backend == "cpu");
+  CHECK(cfg->suites.size() == 3);
+}
+
+TEST_CASE("a run config rejects a bad backend") {
+  auto r = parse("[run]\nbackend = \"tpu\"\n[tasks]\nsuites = [\"x\"]\n");
+  auto cfg = read_run_config(r);
+  REQUIRE_FALSE(cfg.has_value());
+  CHECK(contains(cfg.message(), "key 'run.backend': expected one of cpu, cuda, got 'tpu'"));
+}

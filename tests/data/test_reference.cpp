@@ -1,0 +1,225 @@
+#include "data/degeneracy.hpp"
+#include "data/reference.hpp"
+#include "data/task_check.hpp"
+
+#include <ATen/ATen.h>
+#include <cmath>
+#include <doctest/doctest.h>
+
+using namespace kiln;
+
+namespace {
+
+// A one-op task whose args are inputs a0, a1, ... of the given shapes.
+task one_op(const std::string& op, std::vector<shape_t> shapes, attr_map attrs = {}) {
+  task t;
+  t.name = "t_" + op;
+  t.level = 1;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    tensor_decl d;
+    d.name = "a" + std::to_string(i);
+    d.shape = shapes[i];
+    t.inputs.push_back(d);
+  }
+  op_node n;
+  n.out = "y";
+  n.op = op;
+  for (std::size_t i = 0; i < shapes.size(); ++i) n.args.push_back("a" + std::to_string(i));
+  n.attrs = std::move(attrs);
+  t.ops.push_back(n);
+  t.outputs = {"y"};
+  auto st = check_task(t);
+  REQUIRE_MESSAGE(st.has_value(), (st ? "" : st.message()));
+  return t;
+}
+
+at::Tensor vec(std::vector<float> v, shape_t shape) {
+  return at::tensor(at::ArrayRef<float>(v)).reshape(shape);
+}
+
+std::vector<float> run(const std::string& op, std::vector<at::Tensor> args, attr_map attrs = {}) {
+  std::vector<shape_t> shapes;
+  for (auto& a : args) shapes.push_back(a.sizes().vec());
+  auto t = one_op(op, shapes, attrs);
+  auto out = run_reference(t, args, {});
+  REQUIRE_MESSAGE(out.has_value(), (out ? "" : out.message()));
+  auto y = (*out)[0].to(at::kFloat).contiguous();
+  return std::vector<float>(y.data_ptr<float>(), y.data_ptr<float>() + y.numel());
+}
+
+void near(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-4f) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(tol));
+}
+
+float scalar_op(const std::string& op, float x, attr_map attrs = {}) { return run(op, {vec({x}, {1})}, attrs)[0]; }
+
+} // namespace
+
+TEST_CASE("unary ops match hand-computed values") {
+  near(run("relu", {vec({-1, 2}, {2})}), {0, 2});
+  CHECK(scalar_op("leaky_relu", -1, {{"negative_slope", 0.1}}) == doctest::Approx(-0.1));
+  CHECK(scalar_op("sigmoid", 0) == doctest::Approx(0.5));
+  CHECK(scalar_op("tanh", 0) == doctest::Approx(0.0));
+  CHECK(scalar_op("gelu", 1) == doctest::Approx(0.8413447));
+  CHECK(scalar_op("gelu", 1, {{"approximate", std::string("tanh")}}) == doctest::Approx(0.8411920));
+  CHECK(scalar_op("silu", 1) == doctest::Approx(0.7310586));
+  CHECK(scalar_op("mish", 1) == doctest::Approx(0.8650984));
+  CHECK(scalar_op("hardswish", 1) == doctest::Approx(4.0 / 6.0));
+  CHECK(scalar_op("hardsigmoid", 1) == doctest::Approx(4.0 / 6.0));
+  CHECK(scalar_op("hardtanh", 2, {{"min_val", -0.5}, {"max_val", 0.5}}) == doctest::Approx(0.5));
+  CHECK(scalar_op("elu", -1, {{"alpha", 2.0}}) == doctest::Approx(2.0 * (std::exp(-1.0) - 1.0)));
+  CHECK(scalar_op("selu", 1) == doctest::Approx(1.0507010));
+  CHECK(scalar_op("softplus", 1) == doctest::Approx(std::log1p(std::exp(1.0))));
+  CHECK(scalar_op("softplus", 30, {{"threshold", 20.0}}) == doctest::Approx(30.0));
+  CHECK(scalar_op("softsign", 1) == doctest::Approx(0.5));
+  CHECK(scalar_op("exp", 1) == doctest::Approx(std::exp(1.0)));
+  CHECK(scalar_op("log", static_cast<float>(std::exp(2.0))) == doctest::Approx(2.0));
+  CHECK(scalar_op("abs", -2) == doctest::Approx(2.0));
+  CHECK(scalar_op("neg", 2) == doctest::Approx(-2.0));
+  CHECK(scalar_op("sqrt", 4) == doctest::Approx(2.0));
+  CHECK(scalar_op("rsqrt", 4) == doctest::Approx(0.5));
+  CHECK(scalar_op("clamp", 5, {{"max", 3.0}}) == doctest::Approx(3.0));
+  CHECK(scalar_op("clamp", -5, {{"min", -1.0}, {"max", 3.0}}) == doctest::Approx(-1.0));
+}
+
+TEST_CASE("binary ops broadcast or take a scalar") {
+  near(run("add", {vec({1, 2, 3, 4}, {2, 2}), vec({10, 20}, {2})}), {11, 22, 13, 24});
+  near(run("sub", {vec({1, 2}, {2})}, {{"scalar", 1.0}}), {0, 1});
+  near(run("mul", {vec({1, 2}, {2}), vec({3, 4}, {2})}), {3, 8});
+  near(run("div", {vec({1, 2}, {2})}, {{"scalar", 4.0}}), {0.25, 0.5});
+  near(run("maximum", {vec({1, 5}, {2}), vec({3, 4}, {2})}), {3, 5});
+  near(run("minimum", {vec({1, 5}, {2})}, {{"scalar", 2.0}}), {1, 2});
+  near(run("pow", {vec({2, 3}, {2})}, {{"scalar", 2.0}}), {4, 9});
+}
+
+TEST_CASE("linear, matmul, bmm") {
+  near(run("linear", {vec({1, 2}, {1, 2}), vec({1, 0, 0, 1, 1, 1}, {3, 2}), vec({1, 1, 1}, {3})}), {2, 3, 4});
+  near(run("matmul", {vec({1, 2, 3, 4}, {2, 2}), vec({1, 1}, {2, 1})}), {3, 7});
+  near(run("bmm", {vec({1, 2, 3, 4}, {2, 1, 2}), vec({1, 1, 2, 0}, {2, 2, 1})}), {3, 6});
+}
+
+TEST_CASE("convolutions and pooling") {
+  near(run("conv1d", {vec({1, 2, 3, 4}, {1, 1, 4}), vec({1, 1}, {1, 1, 2})}), {3, 5, 7});
+  near(run("conv1d", {vec({1, 2, 3, 4}, {1, 1, 4}), vec({1, 1}, {1, 1, 2}), vec({10}, {1})},
+           {{"stride", int64_t{2}}, {"padding", int64_t{1}}}),
+       {11, 15, 14});
+  near(run("conv2d", {vec({1, 2, 3, 4}, {1, 1, 2, 2}), vec({1, 1, 1, 1}, {1, 1, 2, 2})}), {10});
+  near(run("conv_transpose1d", {vec({1, 2}, {1, 1, 2}), vec({1, 1}, {1, 1, 2})}), {1, 3, 2});
+  near(run("max_pool1d", {vec({1, 3, 2, 4}, {1, 1, 4})}, {{"kernel_size", int64_t{2}}}), {3, 4});
+  near(run("avg_pool1d", {vec({1, 3, 2, 4}, {1, 1, 4})}, {{"kernel_size", int64_t{2}}}), {2, 3});
+  near(run("avg_pool1d", {vec({2, 4}, {1, 1, 2})}, {{"kernel_size", int64_t{2}}, {"padding", int64_t{1}}}),
+       {1, 2}); // count_include_pad, as PyTorch's default
+  near(run("adaptive_avg_pool1d", {vec({1, 2, 3, 4}, {1, 1, 4})}, {{"output_size", int64_t{1}}}), {2.5});
+  near(run("max_pool2d", {vec({1, 5, 3, 2}, {1, 1, 2, 2})}, {{"kernel_size", int64_t{2}}}), {5});
+}
+
+TEST_CASE("norms use batch statistics and PyTorch defaults") {
+  float s = 1.0f / std::sqrt(1.0f + 1e-5f);
+  near(run("batch_norm", {vec({1, 3}, {2, 1})}), {-s, s});
+  near(run("instance_norm", {vec({1, 3}, {1, 1, 2})}), {-s, s});
+  near(run("group_norm", {vec({1, 3, 5, 7}, {1, 2, 2})}, {{"num_groups", int64_t{2}}}), {-s, s, -s, s});
+  near(run("layer_norm", {vec({1, 3}, {1, 2})}, {{"normalized_shape", std::vector<int64_t>{2}}}), {-s, s});
+  float rms = std::sqrt((9.0f + 16.0f) / 2.0f);
+  near(run("rms_norm", {vec({3, 4}, {1, 2}), vec({1, 2}, {2})}, {{"normalized_shape", std::vector<int64_t>{2}}}),
+       {3 / rms, 8 / rms});
+}
+
+TEST_CASE("reductions, softmax, cumsum and layout") {
+  near(run("softmax", {vec({0, std::log(3.0f)}, {2})}, {{"dim", int64_t{0}}}), {0.25, 0.75});
+  near(run("log_softmax", {vec({0, 0}, {2})}, {{"dim", int64_t{0}}}), {-std::log(2.0f), -std::log(2.0f)});
+  near(run("logsumexp", {vec({0, 0}, {1, 2})}, {{"dim", int64_t{1}}}), {std::log(2.0f)});
+  near(run("sum", {vec({1, 2, 3, 4}, {2, 2})}, {{"dim", int64_t{0}}}), {4, 6});
+  near(run("sum", {vec({1, 2, 3, 4}, {2, 2})}), {10});
+  near(run("mean", {vec({1, 2, 3, 4}, {2, 2})}, {{"dim", int64_t{1}}, {"keepdim", true}}), {1.5, 3.5});
+  near(run("amax", {vec({1, 5, 3, 4}, {2, 2})}, {{"dim", int64_t{1}}}), {5, 4});
+  near(run("amin", {vec({1, 5, 3, 4}, {2, 2})}), {1});
+  near(run("prod", {vec({1, 2, 3, 4}, {2, 2})}, {{"dim", int64_t{1}}}), {2, 12});
+  near(run("argmax", {vec({1, 5, 3, 4}, {2, 2})}, {{"dim", int64_t{1}}}), {1, 1});
+  near(run("argmin", {vec({1, 5, 3, 0}, {2, 2})}), {3});
+  near(run("cumsum", {vec({1, 2, 3}, {3})}, {{"dim", int64_t{0}}}), {1, 3, 6});
+  near(run("permute", {vec({1, 2, 3, 4, 5, 6}, {2, 3})}, {{"dims", std::vector<int64_t>{1, 0}}}), {1, 4, 2, 5, 3, 6});
+  near(run("transpose", {vec({1, 2, 3, 4, 5, 6}, {2, 3})}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}}), {1, 4, 2, 5, 3, 6});
+  near(run("reshape", {vec({1, 2, 3, 4}, {2, 2})}, {{"shape", std::vector<int64_t>{-1}}}), {1, 2, 3, 4});
+  near(run("flatten", {vec({1, 2, 3, 4}, {1, 2, 2})}), {1, 2, 3, 4});
+  near(run("dropout", {vec({1, 2}, {2})}, {{"p", 0.0}}), {1, 2});
+}
+
+TEST_CASE("params follow torch.nn init; inputs are deterministic per seed") {
+  task t = one_op("relu", {{4, 64}});
+  t.ops.clear();
+  tensor_decl w, bias;
+  w.name = "w";
+  w.shape = {32, 64};
+  w.init = init_kind::kaiming_uniform;
+  bias.name = "b";
+  bias.shape = {32};
+  bias.init = init_kind::bias_uniform;
+  bias.of = "w";
+  t.params = {w, bias};
+  op_node lin;
+  lin.out = "y";
+  lin.op = "linear";
+  lin.args = {"a0", "w", "b"};
+  t.ops.push_back(lin);
+  REQUIRE(check_task(t));
+  auto p = make_params(t, 5, c10::Device(c10::kCPU));
+  double bound = 1.0 / std::sqrt(64.0);
+  CHECK(p[0].abs().max().item<double>() <= bound);
+  CHECK(p[0].abs().max().item<double>() > 0.9 * bound);
+  CHECK(p[1].abs().max().item<double>() <= bound);
+  auto a = make_inputs(t, 11, c10::Device(c10::kCPU));
+  auto b = make_inputs(t, 11, c10::Device(c10::kCPU));
+  auto c = make_inputs(t, 12, c10::Device(c10::kCPU));
+  CHECK(at::equal(a[0], b[0]));
+  CHECK_FALSE(at::equal(a[0], c[0]));
+  CHECK(a[0].min().item<double>() >= 0.0);
+  CHECK(a[0].max().item<double>() < 1.0);
+}
+
+TEST_CASE("low-precision tasks round inputs and outputs to their dtype") {
+  task t = one_op("relu", {{8}});
+  t.type = dtype::bfloat16;
+  auto in = make_inputs(t, 1, c10::Device(c10::kCPU));
+  auto out = run_reference(t, in, {});
+  REQUIRE(out);
+  CHECK(bool((*out)[0].scalar_type() == at::kBFloat16));
+  CHECK(at::equal(in[0].to(at::kBFloat16).to(at::kFloat), in[0]));
+}
+
+TEST_CASE("degenerate tasks are flagged") {
+  c10::Device cpu(c10::kCPU);
+  SUBCASE("a healthy task passes") {
+    auto r = check_degeneracy(one_op("relu", {{64, 64}}), cpu);
+    REQUIRE(r);
+    CHECK_FALSE(r->degenerate);
+  }
+  SUBCASE("softmax over a size-1 dim is all ones") {
+    auto r = check_degeneracy(one_op("softmax", {{64, 1}}, {{"dim", int64_t{1}}}), cpu);
+    REQUIRE(r);
+    CHECK(r->degenerate);
+    CHECK(r->reason.find("does not change with the inputs") != std::string::npos);
+  }
+  SUBCASE("outputs within tolerance of zero") {
+    auto r = check_degeneracy(one_op("mul", {{64, 64}}, {{"scalar", 1e-6}}), cpu);
+    REQUIRE(r);
+    CHECK(r->degenerate);
+    CHECK(r->reason.find("all-zeros kernel passes") != std::string::npos);
+  }
+  SUBCASE("the max of many uniform samples is near-constant") {
+    auto r = check_degeneracy(one_op("amax", {{4, 1 << 16}}, {{"dim", int64_t{1}}}), cpu);
+    REQUIRE(r);
+    CHECK(r->degenerate);
+  }
+  SUBCASE("NaN outputs") {
+    auto r = check_degeneracy(one_op("log", {{8, 8}}), cpu); // log of uniform [0,1) stays finite...
+    REQUIRE(r);
+    CHECK_FALSE(r->degenerate);
+    auto t = one_op("log", {{8, 8}});
+    t.inputs[0].init = init_kind::normal; // ...log of normal samples is NaN for negatives
+    auto n = check_degeneracy(t, cpu);
+    REQUIRE(n);
+    CHECK(n->degenerate);
+    CHECK(n->reason.find("NaN") != std::string::npos);
+  }
+}

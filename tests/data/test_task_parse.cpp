@@ -1,0 +1,200 @@
+#include "data/task_check.hpp"
+#include "data/task_parse.hpp"
+#include "data/task_set.hpp"
+
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+using namespace kiln;
+
+namespace {
+
+// The example of DESIGN.md's task spec v1.
+const char* kGemm = R"(
+name = "gemm_multiply_leakyrelu"
+level = 2
+dtype = "float32"
+outputs = ["y2"]
+[tolerance]
+atol = 1e-4
+rtol = 1e-4
+[[inputs]]
+name = "x"
+shape = [128, 1024]
+init = "uniform"
+[[params]]
+name = "w"
+shape = [512, 1024]
+init = "kaiming_uniform"
+[[params]]
+name = "b"
+shape = [512]
+init = "bias_uniform"
+of = "w"
+[[ops]]
+out = "y0"
+op = "linear"
+args = ["x", "w", "b"]
+[[ops]]
+out = "y1"
+op = "mul"
+args = ["y0"]
+attrs = { scalar = 2.0 }
+[[ops]]
+out = "y2"
+op = "leaky_relu"
+args = ["y1"]
+attrs = { negative_slope = 0.01 }
+)";
+
+std::string checked_error(const std::string& text) {
+  auto t = task_from_toml(text, "t.toml");
+  if (!t) return t.message();
+  auto st = check_task(*t);
+  REQUIRE_FALSE(st.has_value());
+  return st.message();
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  auto pos = s.find(from);
+  REQUIRE(pos != std::string::npos);
+  return s.replace(pos, from.size(), to);
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+} // namespace
+
+TEST_CASE("the DESIGN.md example parses and checks") {
+  auto t = task_from_toml(kGemm, "gemm.toml");
+  REQUIRE_MESSAGE(t.has_value(), (t ? "" : t.message()));
+  REQUIRE(check_task(*t).has_value());
+  CHECK(t->name == "gemm_multiply_leakyrelu");
+  CHECK(t->level == 2);
+  CHECK(t->params[1].init == init_kind::bias_uniform);
+  CHECK(t->params[1].of == "w");
+  CHECK(t->ops[0].shape == shape_t{128, 512});
+  CHECK(t->ops[2].shape == shape_t{128, 512});
+  CHECK(std::get<double>(t->ops[1].attrs.at("scalar")) == 2.0);
+}
+
+TEST_CASE("round trips through JSON and TOML keep the task") {
+  auto t = task_from_toml(kGemm, "gemm.toml");
+  REQUIRE(t);
+  auto j = task_to_json(*t);
+  auto back = task_from_json(j, "mem");
+  REQUIRE(back);
+  CHECK(task_to_json(*back) == j);
+  auto again = task_from_toml(task_to_toml(*t), "mem.toml");
+  REQUIRE_MESSAGE(again.has_value(), (again ? "" : again.message()));
+  CHECK(task_to_json(*again) == j);
+}
+
+TEST_CASE("every validation error names file, task, op and field") {
+  SUBCASE("TOML syntax error carries the line") {
+    auto msg = checked_error(replace(kGemm, "level = 2", "level = = 2"));
+    CHECK(contains(msg, "t.toml:3:"));
+    CHECK(contains(msg, "TOML syntax error"));
+  }
+  SUBCASE("unknown op") {
+    auto msg = checked_error(replace(kGemm, "op = \"leaky_relu\"", "op = \"leaky_relux\""));
+    CHECK(contains(msg, "t.toml: task 'gemm_multiply_leakyrelu': ops[2]"));
+    CHECK(contains(msg, "unknown op 'leaky_relux'"));
+  }
+  SUBCASE("shape mismatch") {
+    auto msg = checked_error(replace(kGemm, "shape = [512, 1024]", "shape = [512, 1000]"));
+    CHECK(contains(msg, "ops[0] (linear -> 'y0')"));
+    CHECK(contains(msg, "in_features"));
+  }
+  SUBCASE("undefined name") {
+    auto msg = checked_error(replace(kGemm, "args = [\"y1\"]", "args = [\"y9\"]"));
+    CHECK(contains(msg, "ops[2]"));
+    CHECK(contains(msg, "args[0]: 'y9' is not defined"));
+  }
+  SUBCASE("use before definition") {
+    auto msg = checked_error(replace(kGemm, "args = [\"y0\"]", "args = [\"y2\"]"));
+    CHECK(contains(msg, "'y2' is not defined before this op"));
+  }
+  SUBCASE("missing output") {
+    auto msg = checked_error(replace(kGemm, "outputs = [\"y2\"]", "outputs = [\"z\"]"));
+    CHECK(contains(msg, "outputs[0]: 'z' is not the result of any op"));
+  }
+  SUBCASE("negative size") {
+    auto msg = checked_error(replace(kGemm, "shape = [128, 1024]", "shape = [-128, 1024]"));
+    CHECK(contains(msg, "inputs[0] ('x'): shape: dimension -128"));
+  }
+  SUBCASE("absurd size beyond the memory budget") {
+    auto msg = checked_error(replace(kGemm, "shape = [128, 1024]\ninit", "shape = [128000000, 1024]\ninit"));
+    CHECK(contains(msg, "over the memory budget"));
+  }
+  SUBCASE("unknown key") {
+    auto msg = checked_error(replace(kGemm, "shape = [512]", "shap = [512]"));
+    CHECK(contains(msg, "params[1].shap: unknown key"));
+  }
+  SUBCASE("wrong type") {
+    auto msg = checked_error(replace(kGemm, "level = 2", "level = \"two\""));
+    CHECK(contains(msg, "level: expected an integer, got string"));
+  }
+  SUBCASE("bad init") {
+    auto msg = checked_error(replace(kGemm, "init = \"uniform\"", "init = \"randint:5:1\""));
+    CHECK(contains(msg, "inputs[0].init"));
+  }
+  SUBCASE("bias_uniform without its weight") {
+    auto msg = checked_error(replace(kGemm, "of = \"w\"", "of = \"q\""));
+    CHECK(contains(msg, "params[1] ('b'): of: 'q' is not a param"));
+  }
+  SUBCASE("duplicate name") {
+    auto msg = checked_error(replace(kGemm, "out = \"y1\"", "out = \"y0\""));
+    CHECK(contains(msg, "'y0' defined twice"));
+  }
+  SUBCASE("unknown dtype") {
+    auto msg = checked_error(replace(kGemm, "dtype = \"float32\"", "dtype = \"float64\""));
+    CHECK(contains(msg, "dtype: unknown dtype 'float64'"));
+  }
+}
+
+TEST_CASE("argmax results may only be outputs") {
+  auto text = std::string(kGemm) + "[[ops]]\nout = \"i\"\nop = \"argmax\"\nargs = [\"y2\"]\nattrs = { dim = 1 }\n"
+                                   "[[ops]]\nout = \"j\"\nop = \"relu\"\nargs = [\"i\"]\n";
+  CHECK(contains(checked_error(text), "index tensor"));
+}
+
+TEST_CASE("a bad line in a JSON Lines dataset does not stop the others") {
+  auto good = task_from_toml(kGemm, "gemm.toml");
+  REQUIRE(good);
+  auto j = task_to_json(*good);
+  auto j2 = j;
+  j2["name"] = "second";
+  auto bad = j;
+  bad["name"] = "broken";
+  bad["ops"][0]["op"] = "nope";
+  std::string text = j.dump() + "\n{not json\n" + bad.dump() + "\n\n" + j2.dump() + "\n" + j.dump() + "\n";
+  auto set = parse_jsonl(text, "d.jsonl");
+  REQUIRE(set.tasks.size() == 2);
+  CHECK(set.tasks[0].name == "gemm_multiply_leakyrelu");
+  CHECK(set.tasks[1].name == "second");
+  REQUIRE(set.errors.size() == 3);
+  CHECK(contains(set.errors[0].message, "d.jsonl:2: JSON syntax error"));
+  CHECK(contains(set.errors[1].message, "d.jsonl:3: task 'broken': ops[0]"));
+  CHECK(contains(set.errors[2].message, "d.jsonl:6"));
+  CHECK(contains(set.errors[2].message, "already used"));
+}
+
+TEST_CASE("directories load recursively; bad files are reported, good ones kept") {
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path() / "kiln_test_task_set";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "sub");
+  std::ofstream(dir / "a.toml") << kGemm;
+  std::ofstream(dir / "sub" / "b.toml") << replace(kGemm, "gemm_multiply_leakyrelu", "b");
+  std::ofstream(dir / "sub" / "c.toml") << "name = \n";
+  std::ofstream(dir / "notes.txt") << "ignored";
+  auto set = load_tasks({dir.string(), (dir / "missing.toml").string()});
+  CHECK(set.tasks.size() == 2);
+  REQUIRE(set.errors.size() == 2);
+  CHECK(contains(set.errors[0].message, "c.toml:1"));
+  CHECK(contains(set.errors[1].message, "no such file"));
+  fs::remove_all(dir);
+}
