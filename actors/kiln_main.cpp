@@ -54,6 +54,6 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
   if (*run_cmd) return kiln::cmd_run(common, run);
   if (*val) return kiln::cmd_tasks_validate(common, validate);
-  if (*syn) return kiln::cmd_synth(common, synth); // KILN_SYNTH
+  if (*syn) return kiln::cmd_synth(common, synth);
   return 2;
 }

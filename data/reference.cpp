@@ -259,7 +259,7 @@ double finfo_eps(dtype t) {
 
 uint64_t default_param_seed(const task& t) {
   // FNV-1a of the name: stable across runs and machines, unlike std::hash.
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 14695981039346656037ull;
   for (unsigned char c : t.name) h = (h ^ c) * 1099511628211ull;
   return h & 0x7fffffffffffull;
 }

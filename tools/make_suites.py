@@ -13,6 +13,7 @@ limit holds. A shape checker runs on every op as the graph is built and fails lo
 
 Standard library only; deterministic; idempotent.
 """
+import json
 import math
 import os
 import shutil
@@ -26,10 +27,204 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 #
 # SCALE["levelN/name"] multiplies the cost model's time estimate for that task before sizes are chosen:
 # if a task measures 2x slower than estimated, set 2.0 and its sizes shrink to hit the target again.
-# A value is a float (both profiles) or a dict {"cpu": f, "gpu": g}. Unknown keys are an error.
+# The values below are measured / estimated from one run of every task (PyTorch 2.11 eager, fp32, no TF32):
+# gpu on an H200; cpu on that host's AMD EPYC CPU with torch.set_num_threads(2), a stand-in for the 2-core
+# target. Re-measure on the real cpu machine and replace them.
+# A value is a float (both profiles) or a dict {"cpu": f, "gpu": g}, e.g.
+#     "level2/conv2d_relu_biasadd": {"cpu": 1.0, "gpu": 1.6},
+# Unknown keys are an error; a task missing here gets 1.0.
 SCALE = {
-    # "level1/relu": 1.0,
-    # "level2/conv2d_relu_biasadd": {"cpu": 1.0, "gpu": 1.0},
+    # level 1
+    "level1/matmul_square": {"cpu": 0.65, "gpu": 0.92},
+    "level1/matmul_rectangular": {"cpu": 0.67, "gpu": 0.95},
+    "level1/matmul_large_k": {"cpu": 0.8, "gpu": 0.95},
+    "level1/matmul_small_k": {"cpu": 0.65, "gpu": 1.7},
+    "level1/matmul_transposed_a": {"cpu": 0.66, "gpu": 0.9},
+    "level1/matmul_transposed_b": {"cpu": 0.67, "gpu": 0.91},
+    "level1/bmm": {"cpu": 0.76, "gpu": 0.94},
+    "level1/matmul_4d_tensor_matrix": {"cpu": 0.64, "gpu": 1.1},
+    "level1/matmul_batched_broadcast": {"cpu": 0.81, "gpu": 1.6},
+    "level1/linear": {"cpu": 0.77, "gpu": 0.88},
+    "level1/conv1d": {"cpu": 0.68, "gpu": 1.5},
+    "level1/conv2d_square": {"cpu": 0.79, "gpu": 4.0},
+    "level1/conv2d_asymmetric": {"cpu": 0.85, "gpu": 6.5},
+    "level1/conv2d_strided_dilated": {"cpu": 0.98, "gpu": 1.4},
+    "level1/conv2d_depthwise": {"cpu": 2.3, "gpu": 3.4},
+    "level1/conv2d_grouped": {"cpu": 0.51, "gpu": 1.0},
+    "level1/conv2d_pointwise": {"cpu": 0.96, "gpu": 1.8},
+    "level1/conv3d": {"cpu": 1.1, "gpu": 1.7},
+    "level1/conv_transpose1d": {"cpu": 0.85, "gpu": 1.0},
+    "level1/conv_transpose2d": {"cpu": 0.7, "gpu": 0.91},
+    "level1/conv_transpose2d_unstrided": {"cpu": 0.57, "gpu": 0.36},
+    "level1/conv_transpose3d": {"cpu": 0.9, "gpu": 1.6},
+    "level1/max_pool1d": {"cpu": 2.6, "gpu": 2.7},
+    "level1/max_pool2d": {"cpu": 27.0, "gpu": 2.3},
+    "level1/max_pool3d": {"cpu": 30.0, "gpu": 2.5},
+    "level1/avg_pool1d": {"cpu": 15.0, "gpu": 2.4},
+    "level1/avg_pool2d": {"cpu": 6.5, "gpu": 1.1},
+    "level1/avg_pool3d": {"cpu": 11.0, "gpu": 2.6},
+    "level1/adaptive_avg_pool1d": {"cpu": 2.1, "gpu": 1.2},
+    "level1/adaptive_avg_pool2d": {"cpu": 2.5, "gpu": 1.2},
+    "level1/adaptive_avg_pool3d": {"cpu": 3.2, "gpu": 3.5},
+    "level1/batch_norm": {"cpu": 2.3, "gpu": 1.9},
+    "level1/group_norm": {"cpu": 0.51, "gpu": 1.2},
+    "level1/instance_norm": {"cpu": 2.2, "gpu": 0.79},
+    "level1/layer_norm": {"cpu": 0.48, "gpu": 0.72},
+    "level1/rms_norm": {"cpu": 1.2, "gpu": 0.67},
+    "level1/softmax": {"cpu": 0.42, "gpu": 0.48},
+    "level1/log_softmax": {"cpu": 0.45, "gpu": 0.48},
+    "level1/logsumexp": {"cpu": 11.0, "gpu": 5.0},
+    "level1/sum": {"cpu": 0.65, "gpu": 1.0},  # reduces dim 2 now: amax's factors
+    "level1/mean": {"cpu": 0.65, "gpu": 1.0},  # reduces dim 2 now: amax's factors
+    "level1/amax": {"cpu": 0.65, "gpu": 1.0},
+    "level1/amin": {"cpu": 0.65, "gpu": 1.0},  # reduces dim 2 now: amax's factors
+    "level1/argmax": {"cpu": 14.0, "gpu": 0.89},
+    "level1/argmin": {"cpu": 14.0, "gpu": 0.89},  # reduces dim 1 now: argmax's factors
+    "level1/prod": {"cpu": 0.51, "gpu": 0.7},
+    "level1/cumsum": {"cpu": 1.7, "gpu": 8.2},
+    "level1/relu": {"cpu": 0.48, "gpu": 0.7},
+    "level1/leaky_relu": {"cpu": 0.5, "gpu": 0.7},
+    "level1/sigmoid": {"cpu": 0.41, "gpu": 0.7},
+    "level1/tanh": {"cpu": 0.35, "gpu": 0.7},
+    "level1/gelu": {"cpu": 0.35, "gpu": 0.7},
+    "level1/silu": {"cpu": 0.44, "gpu": 0.7},
+    "level1/mish": {"cpu": 2.4, "gpu": 0.74},
+    "level1/hardswish": {"cpu": 0.51, "gpu": 0.7},
+    "level1/hardsigmoid": {"cpu": 0.5, "gpu": 0.7},
+    "level1/hardtanh": {"cpu": 0.68, "gpu": 0.7},
+    "level1/elu": {"cpu": 1.3, "gpu": 0.7},
+    "level1/selu": {"cpu": 1.2, "gpu": 0.7},
+    "level1/softplus": {"cpu": 1.5, "gpu": 0.75},
+    "level1/softsign": {"cpu": 1.7, "gpu": 2.4},
+    "level1/exp": {"cpu": 0.21, "gpu": 0.7},
+    "level1/abs": {"cpu": 0.54, "gpu": 0.7},
+    "level1/neg": {"cpu": 0.47, "gpu": 0.7},
+    "level1/sqrt": {"cpu": 0.53, "gpu": 0.71},
+    "level1/clamp": {"cpu": 0.57, "gpu": 0.7},
+    "level1/gelu_tanh": {"cpu": 1.9, "gpu": 0.7},
+    "level1/log": {"cpu": 0.39, "gpu": 0.7},
+    "level1/rsqrt": {"cpu": 0.61, "gpu": 0.71},
+    "level1/add": {"cpu": 0.54, "gpu": 0.68},
+    "level1/sub_broadcast": {"cpu": 0.5, "gpu": 1.0},
+    "level1/mul_channel_broadcast": {"cpu": 0.54, "gpu": 1.1},
+    "level1/div": {"cpu": 0.5, "gpu": 0.7},
+    "level1/maximum": {"cpu": 0.51, "gpu": 0.68},
+    "level1/minimum": {"cpu": 0.53, "gpu": 0.68},
+    "level1/pow": {"cpu": 0.48, "gpu": 0.7},
+    # level 2
+    "level2/gemm_multiply_leakyrelu": {"cpu": 0.69, "gpu": 1.1},
+    "level2/matmul_swish_scaling": {"cpu": 0.67, "gpu": 1.1},
+    "level2/gemm_sigmoid_sum_logsumexp": {"cpu": 0.71, "gpu": 1.1},
+    "level2/gemm_relu_divide": {"cpu": 0.69, "gpu": 1.1},
+    "level2/gemm_batchnorm_scaling_softmax": {"cpu": 0.77, "gpu": 0.87},
+    "level2/gemm_groupnorm_swish_multiply_swish": {"cpu": 0.92, "gpu": 1.1},
+    "level2/gemm_max_subtract_gelu": {"cpu": 0.69, "gpu": 1.1},
+    "level2/gemm_scaling_hardtanh_gelu": {"cpu": 0.7, "gpu": 1.1},
+    "level2/gemm_add_relu": {"cpu": 0.68, "gpu": 1.1},
+    "level2/matmul_dropout_mean_softmax": {"cpu": 0.74, "gpu": 0.88},
+    "level2/gemm_sigmoid_scaling_residualadd": {"cpu": 0.68, "gpu": 1.1},
+    "level2/gemm_swish_divide_clamp_tanh_clamp": {"cpu": 0.75, "gpu": 1.1},
+    "level2/gemm_logsumexp_leakyrelu_leakyrelu_gelu_gelu": {"cpu": 0.76, "gpu": 0.89},
+    "level2/matmul_subtract_multiply_relu": {"cpu": 0.69, "gpu": 1.1},
+    "level2/gemm_divide_sum_scaling": {"cpu": 0.75, "gpu": 1.1},
+    "level2/bmm_instancenorm_sum_residualadd_multiply": {"cpu": 0.79, "gpu": 1.1},
+    "level2/matmul_mish_mish": {"cpu": 1.0, "gpu": 1.1},
+    "level2/gemm_groupnorm_hardtanh": {"cpu": 0.87, "gpu": 1.1},
+    "level2/gemm_scale_batchnorm": {"cpu": 0.7, "gpu": 1.1},
+    "level2/matmul_swish_sum_groupnorm": {"cpu": 0.82, "gpu": 1.1},
+    "level2/matmul_scaling_residualadd": {"cpu": 0.67, "gpu": 1.1},
+    "level2/matmul_residualadd_clamp_logsumexp_mish": {"cpu": 0.74, "gpu": 0.88},
+    "level2/matmul_sigmoid_sum": {"cpu": 0.68, "gpu": 1.1},
+    "level2/matmul_maxpool_sum_scale": {"cpu": 0.68, "gpu": 1.1},
+    "level2/matmul_groupnorm_leakyrelu_sum": {"cpu": 0.8, "gpu": 1.1},
+    "level2/gemm_groupnorm_min_biasadd": {"cpu": 0.84, "gpu": 1.1},
+    "level2/gemm_biasadd_hardtanh_mish_groupnorm": {"cpu": 1.1, "gpu": 1.1},
+    "level2/matmul_add_swish_tanh_gelu_hardtanh": {"cpu": 0.76, "gpu": 1.1},
+    "level2/matmul_batchnorm_biasadd_divide_swish": {"cpu": 0.7, "gpu": 1.1},
+    "level2/matmul_avgpool_gelu_scale_max": {"cpu": 0.75, "gpu": 1.1},
+    "level2/matmul_gelu_softmax": {"cpu": 0.73, "gpu": 0.93},
+    "level2/matmul_divide_gelu": {"cpu": 0.76, "gpu": 1.1},
+    "level2/matmul_min_subtract": {"cpu": 0.68, "gpu": 1.1},
+    "level2/conv2d_relu_biasadd": {"cpu": 0.62, "gpu": 1.2},
+    "level2/conv2d_mish_mish": {"cpu": 1.5, "gpu": 1.2},
+    "level2/conv2d_instancenorm_divide": {"cpu": 0.85, "gpu": 1.3},
+    "level2/conv2d_add_scale_sigmoid_groupnorm": {"cpu": 0.8, "gpu": 1.2},
+    "level2/conv2d_min_tanh_tanh": {"cpu": 0.69, "gpu": 1.3},
+    "level2/conv2d_min_add_multiply": {"cpu": 0.66, "gpu": 1.2},
+    "level2/conv2d_scaling_min": {"cpu": 0.63, "gpu": 1.2},
+    "level2/conv2d_subtract_hardswish_maxpool_mish": {"cpu": 1.5, "gpu": 1.2},
+    "level2/conv2d_subtract_tanh_subtract_avgpool": {"cpu": 1.0, "gpu": 1.1},
+    "level2/conv2d_activation_batchnorm": {"cpu": 1.1, "gpu": 1.2},
+    "level2/conv2d_multiply_leakyrelu_gelu": {"cpu": 0.76, "gpu": 1.2},
+    "level2/conv2d_relu_hardswish": {"cpu": 0.6, "gpu": 1.2},
+    "level2/conv2d_gelu_globalavgpool": {"cpu": 0.77, "gpu": 1.2},
+    "level2/conv2d_hardswish_relu": {"cpu": 0.66, "gpu": 1.2},
+    "level2/conv2d_divide_leakyrelu": {"cpu": 0.66, "gpu": 1.2},
+    "level2/conv2d_batchnorm_scaling": {"cpu": 0.84, "gpu": 1.4},
+    "level2/conv2d_tanh_scaling_biasadd_max": {"cpu": 1.3, "gpu": 1.2},
+    "level2/conv2d_groupnorm_scale_maxpool_clamp": {"cpu": 1.4, "gpu": 1.3},
+    "level2/conv2d_subtract_subtract_mish": {"cpu": 1.1, "gpu": 1.1},
+    "level2/conv2d_groupnorm_tanh_hardswish": {"cpu": 0.77, "gpu": 1.2},
+    "level2/conv2d_groupnorm_tanh_hardswish_residualadd_logsumexp": {"cpu": 0.88, "gpu": 1.3},
+    "level2/conv2d_avgpool_sigmoid_mean": {"cpu": 1.1, "gpu": 1.3},
+    "level2/conv_transpose2d_biasadd_clamp_scaling_clamp_divide": {"cpu": 0.59, "gpu": 0.86},
+    "level2/conv_transpose2d_subtract_tanh": {"cpu": 0.56, "gpu": 0.9},
+    "level2/conv_transpose2d_batchnorm_tanh_maxpool_groupnorm": {"cpu": 1.6, "gpu": 1.2},
+    "level2/conv_transpose2d_mish_add_hardtanh_scaling": {"cpu": 0.97, "gpu": 0.85},
+    "level2/conv_transpose2d_gelu_groupnorm": {"cpu": 0.55, "gpu": 0.48},
+    "level2/conv_transpose2d_softmax_biasadd_scaling_sigmoid": {"cpu": 0.66, "gpu": 0.94},
+    "level2/conv_transpose2d_add_min_gelu_multiply": {"cpu": 0.75, "gpu": 0.88},
+    "level2/conv3d_softmax_maxpool_maxpool": {"cpu": 1.5, "gpu": 3.1},
+    "level2/conv3d_relu_leakyrelu_gelu_sigmoid_biasadd": {"cpu": 1.1, "gpu": 1.9},
+    "level2/conv3d_divide_max_globalavgpool_biasadd_sum": {"cpu": 0.57, "gpu": 3.2},
+    "level2/conv3d_groupnorm_mean": {"cpu": 0.35, "gpu": 2.6},
+    "level2/conv3d_min_softmax": {"cpu": 0.34, "gpu": 3.1},
+    "level2/conv3d_max_logsumexp_relu": {"cpu": 0.7, "gpu": 3.4},
+    "level2/conv3d_mish_tanh": {"cpu": 1.3, "gpu": 2.5},
+    "level2/conv3d_scaling_tanh_multiply_sigmoid": {"cpu": 1.1, "gpu": 2.1},
+    "level2/conv3d_multiply_instancenorm_clamp_multiply_max": {"cpu": 0.43, "gpu": 2.0},
+    "level2/conv3d_groupnorm_min_clamp_dropout": {"cpu": 0.34, "gpu": 2.3},
+    "level2/conv3d_leakyrelu_sum_clamp_gelu": {"cpu": 1.0, "gpu": 2.1},
+    "level2/conv_transpose3d_sum_layernorm_avgpool_gelu": {"cpu": 1.2, "gpu": 2.9},
+    "level2/conv_transpose3d_batchnorm_subtract": {"cpu": 1.0, "gpu": 2.2},
+    "level2/conv_transpose3d_sum_residualadd_multiply_residualadd": {"cpu": 0.69, "gpu": 1.2},
+    "level2/conv_transpose3d_add_hardswish": {"cpu": 0.72, "gpu": 1.3},
+    "level2/conv_transpose3d_layernorm_gelu_scaling": {"cpu": 1.2, "gpu": 2.7},
+    "level2/conv_transpose3d_avgpool_clamp_softmax_multiply": {"cpu": 1.2, "gpu": 1.6},
+    "level2/conv_transpose3d_softmax_sigmoid": {"cpu": 1.2, "gpu": 1.6},
+    "level2/conv_transpose3d_scaling_avgpool_biasadd_scaling": {"cpu": 1.1, "gpu": 1.6},
+    "level2/conv_transpose3d_swish_groupnorm_hardswish": {"cpu": 1.1, "gpu": 1.4},
+    "level2/conv_transpose3d_relu_groupnorm": {"cpu": 0.73, "gpu": 1.4},
+    "level2/conv_transpose3d_batchnorm_avgpool_avgpool": {"cpu": 1.5, "gpu": 2.5},
+    "level2/conv_transpose3d_leakyrelu_multiply_leakyrelu_max": {"cpu": 1.5, "gpu": 1.4},
+    "level2/conv_transpose3d_max_max_sum": {"cpu": 1.9, "gpu": 1.7},
+    "level2/conv_transpose3d_maxpool_softmax_subtract_swish_max": {"cpu": 1.7, "gpu": 1.6},
+    "level2/conv_transpose3d_clamp_min_divide": {"cpu": 0.73, "gpu": 1.4},
+    "level2/bmm_scaling_softmax": {"cpu": 0.62, "gpu": 0.82},
+    "level2/bmm_softmax_bmm": {"cpu": 0.66, "gpu": 0.89},
+    "level2/bmm_add_relu": {"cpu": 0.66, "gpu": 1.0},
+    "level2/layernorm_gelu_residualadd": {"cpu": 1.0, "gpu": 0.7},
+    "level2/rmsnorm_silu_multiply": {"cpu": 0.55, "gpu": 0.66},
+    "level2/groupnorm_swish_scaling": {"cpu": 0.46, "gpu": 0.92},
+    "level2/batchnorm_relu_maxpool": {"cpu": 4.8, "gpu": 1.6},
+    "level2/logsoftmax_logsumexp_scaling_tanh": {"cpu": 1.1, "gpu": 1.7},
+    # level 3
+    "level3/mlp": {"cpu": 0.8, "gpu": 1.2},
+    "level3/deep_narrow_mlp": {"cpu": 0.67, "gpu": 0.96},
+    "level3/resnet_basic_block": {"cpu": 0.78, "gpu": 1.1},
+    "level3/resnet_downsample_block": {"cpu": 0.85, "gpu": 0.71},
+    "level3/resnet_bottleneck_block": {"cpu": 1.0, "gpu": 1.1},
+    "level3/vgg_block": {"cpu": 0.77, "gpu": 1.1},
+    "level3/mobilenet_block": {"cpu": 1.4, "gpu": 1.5},
+    "level3/squeeze_excitation_block": {"cpu": 0.73, "gpu": 1.0},
+    "level3/lenet5": {"cpu": 3.4, "gpu": 3.5},
+    "level3/small_cnn_classifier": {"cpu": 2.0, "gpu": 1.7},
+    "level3/single_head_attention": {"cpu": 0.68, "gpu": 0.94},
+    "level3/multi_head_attention": {"cpu": 0.78, "gpu": 0.91},
+    "level3/transformer_encoder_block": {"cpu": 1.8, "gpu": 0.93},
+    "level3/lstm_cell": {"cpu": 0.77, "gpu": 1.1},
+    "level3/mlp_mixer_block": {"cpu": 1.0, "gpu": 0.93},
+    "level3/convnext_block": {"cpu": 0.89, "gpu": 1.7},
 }
 
 PROFILES = {
@@ -40,16 +235,26 @@ PROFILES = {
 
 GIB = 1 << 30
 MAX_TENSOR = {"cpu": 1 * GIB, "gpu": 4 * GIB}   # strictly below
-MAX_TOTAL = {"cpu": 3 * GIB, "gpu": 12 * GIB}   # inputs + params + all intermediates
+# cpu op results stay below glibc's largest mmap threshold (32 MiB), so that eager LibTorch reuses heap
+# memory instead of taking fresh pages (page faults) for every result: a measured run put 200 MB elementwise
+# ops at 60-90 ms against ~1 ms for 21 MB ones. Inputs are allocated once and may be larger.
+# On the 2-core Debian machine (LibTorch 1.13) 31 MiB results left plain elementwise tasks near 0.7 ms,
+# under the 1 ms floor, so cpu results may exceed the threshold; the measured calibration below absorbs
+# the page-fault cost.
+MAX_RESULT = {"cpu": 96 << 20, "gpu": 4 * GIB}   # strictly below
+MAX_TOTAL = {"cpu": 1 * GIB, "gpu": 12 * GIB}   # inputs + params + all intermediates
 
 # Cost model of the eager reference.
 #   cpu: 2-core x86, LibTorch. gpu: H200, PyTorch eager, fp32 without TF32.
+# The brief's first cpu constants (40 GFLOP/s GEMM, 4 GB/s, 20 ns per transcendental element) were 5-100x
+# pessimistic against a measured run (PyTorch 2.11, 2 threads), putting many cpu tasks under 1 ms; the cpu
+# numbers below are rounder fits to that run. Per-task residuals live in SCALE.
 FLOP_RATE = {
-    "cpu": {"gemm": 40e9, "conv": 40e9, "conv3d": 20e9, "slow": 20e9},
+    "cpu": {"gemm": 150e9, "conv": 120e9, "conv3d": 40e9, "slow": 60e9},
     "gpu": {"gemm": 45e12, "conv": 45e12, "conv3d": 45e12, "slow": 10e12},
 }
-BANDWIDTH = {"cpu": 4e9, "gpu": 3.0e12}          # bytes/s for elementwise / reduction / norm traffic
-TRANS_S = {"cpu": 20e-9, "gpu": 0.0}             # per element of a transcendental-heavy op
+BANDWIDTH = {"cpu": 20e9, "gpu": 3.0e12}         # bytes/s for elementwise / reduction / norm traffic
+TRANS_S = {"cpu": 0.5e-9, "gpu": 0.0}            # per element of a transcendental-heavy op
 LAUNCH_S = {"cpu": 5e-6, "gpu": 10e-6}           # per kernel launch / op dispatch
 
 GRID = [2.0 ** (k / 8.0) for k in range(-160, 241)]  # candidate values of the scale knob
@@ -456,12 +661,13 @@ class Graph:
         return t * 1e3
 
     def memory(self):
-        """(largest tensor, total) bytes over inputs, params and materialized op outputs."""
+        """(largest tensor, largest op result, total) bytes over inputs, params and materialized results."""
         sizes = [4 * numel(d["shape"]) for d in self.inputs + self.params]
+        results = [0]
         for o, c in zip(self.ops, self.costs):
             if c["cls"] != "view":
-                sizes.append((8 if o["op"] in ("argmax", "argmin") else 4) * numel(self.shape[o["out"]]))
-        return max(sizes), sum(sizes)
+                results.append((8 if o["op"] in ("argmax", "argmin") else 4) * numel(self.shape[o["out"]]))
+        return max(sizes + results), max(results), sum(sizes + results)
 
     def finish(self, name):
         if self.outputs is None:
@@ -496,18 +702,28 @@ def rq(v, q=16):
     return max(q, int(round(v / q)) * q)
 
 
-def split(s, n0, h0, q=8, dims=2, hmin=None):
+def fine(v, q=1):
+    """Round to 3 significant bits (..., 48, 56, 64, 72, 80, ...), a multiple of q: for the big batch
+    dimension of memory-bound ops, whose size is capped by the 4 GiB tensor limit."""
+    v = max(v, 1.0)
+    if v <= 16 and q == 1:
+        return nb(v)
+    step = max(q, 2 ** max(0, int(math.floor(math.log2(v))) - 3))
+    return max(step, int(round(v / step)) * step)
+
+
+def split(s, n0, h0, q=8, dims=2, hmin=None, batch=None):
     """Batch scales first; below batch 1 the spatial extent shrinks. Returns (batch, spatial)."""
     n = n0 * s
     if n >= 1:
-        return nb(n), h0
+        return (batch or nb)(n), h0
     h = rq(h0 * n ** (1.0 / dims), q)
     return 1, max(h, hmin or q)
 
 
-def gemm_dims(s, b0=128, i0=1024, o0=512, q=128):
+def gemm_dims(s, b0=128, i0=1024, o0=512):
     f = s ** (1.0 / 3.0)
-    return nb(b0 * f), rq(i0 * f, q), rq(o0 * f, q)
+    return nb(b0 * f), max(64, nb(i0 * f)), max(64, nb(o0 * f))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -547,20 +763,14 @@ def matmul_rectangular(g, s):
 
 @task(1)
 def matmul_large_k(g, s):
-    mn, k = rq(64 * s ** 0.25, 16), rq(16384 * s ** 0.5, 1024)
+    mn, k = nb(64 * s ** 0.25), fine(16384 * s ** 0.5, 1024)
     g.op("matmul", _mat(g, "a", [mn, k]), _mat(g, "b", [k, mn]))
 
 
 @task(1)
 def matmul_small_k(g, s):
-    mn = rq(512 * s ** 0.5, 64)
+    mn = fine(512 * s ** 0.5, 64)
     g.op("matmul", _mat(g, "a", [mn, 32]), _mat(g, "b", [32, mn]))
-
-
-@task(1)
-def matvec(g, s):
-    m, k = rq(1024 * s ** 0.5, 64), rq(1024 * s ** 0.5, 64)
-    g.op("matmul", _mat(g, "a", [m, k]), _mat(g, "b", [k, 1]))
 
 
 @task(1)
@@ -676,7 +886,7 @@ def conv_transpose3d(g, s):
 
 
 def _img(g, s, c, h0, n0=16, init="normal", dims=2):
-    n, h = split(s, n0, h0, dims=dims, q=8 if dims == 2 else 4)
+    n, h = split(s, n0, h0, dims=dims, q=8 if dims == 2 else 4, batch=fine)
     if dims == 1:
         return g.inp("x", [n, c, h], init)
     if dims == 2:
@@ -746,16 +956,16 @@ def t_instance_norm(g, s):
 
 @task(1, "layer_norm")
 def t_layer_norm(g, s):
-    g.ln(g.inp("x", [nb(64 * s), 128, 1024]))
+    g.ln(g.inp("x", [fine(64 * s), 128, 1024]))
 
 
 @task(1, "rms_norm")
 def t_rms_norm(g, s):
-    g.rms(g.inp("x", [nb(16 * s), 256, 4096]))
+    g.rms(g.inp("x", [fine(16 * s), 256, 4096]))
 
 
 def _rows(g, s, d=16384, init="normal", r0=256):
-    return g.inp("x", [rq(r0 * s, 16), d], init)
+    return g.inp("x", [fine(r0 * s, 16), d], init)
 
 
 @task(1, "softmax")
@@ -774,17 +984,17 @@ def t_logsumexp(g, s):
 
 
 def _cube(g, s, init="normal"):
-    return g.inp("x", [rq(64 * s, 16), 256, 256], init)
+    return g.inp("x", [fine(64 * s), 256, 256], init)
 
 
 @task(1, "sum")
 def t_sum(g, s):
-    g.red("sum", _cube(g, s), 1)
+    g.red("sum", _cube(g, s), 2)
 
 
 @task(1, "mean")
 def t_mean(g, s):
-    g.red("mean", _cube(g, s), 1, keepdim=True)
+    g.red("mean", _cube(g, s), 2, keepdim=True)
 
 
 @task(1, "amax")
@@ -794,7 +1004,7 @@ def t_amax(g, s):
 
 @task(1, "amin")
 def t_amin(g, s):
-    g.red("amin", _cube(g, s), 1)
+    g.red("amin", _cube(g, s), 2)
 
 
 @task(1, "argmax")
@@ -804,12 +1014,12 @@ def t_argmax(g, s):
 
 @task(1, "argmin")
 def t_argmin(g, s):
-    g.red("argmin", _cube(g, s), 2)
+    g.red("argmin", _cube(g, s), 1)
 
 
 @task(1, "prod")
 def t_prod(g, s):
-    x = g.inp("x", [rq(512 * s, 16), 16, 512], "uniform")
+    x = g.inp("x", [fine(512 * s), 16, 512], "uniform")
     g.red("prod", g.s("add", x, 0.5), 1)  # factors in [0.5, 1.5): no under/overflow
 
 
@@ -905,8 +1115,12 @@ def t_pow(g, s):
 
 # ----- level 2: op sequences (KernelBench level-2 style) -------------------------------------------
 
-def _gx(g, s, b0=128, i0=1024, o0=512):
-    b, i, o = gemm_dims(s, b0, i0, o0)
+def _gx(g, s, b0=128, i0=1024, o0=512, fixed_o=None):
+    if fixed_o:  # only batch and in_features grow
+        i = min(8192, max(64, nb(i0 * s ** 0.5)))
+        b, o = nb(b0 * s * i0 / i), fixed_o
+    else:
+        b, i, o = gemm_dims(s, b0, i0, o0)
     return g.inp("x", [b, i]), o
 
 
@@ -959,8 +1173,8 @@ def gemm_relu_divide(g, s):
 
 @L2
 def gemm_batchnorm_scaling_softmax(g, s):
-    x, _ = _gx(g, s)
-    y = g.s("mul", g.bn(g.linear(x, 256)), 2.0)
+    x, o = _gx(g, s, fixed_o=256)
+    y = g.s("mul", g.bn(g.linear(x, o)), 2.0)
     g.op("softmax", y, dim=1)
 
 
@@ -997,8 +1211,8 @@ def gemm_add_relu(g, s):
 @L2
 def matmul_dropout_mean_softmax(g, s):
     # KernelBench's version takes a softmax over a size-1 dim (all ones). Fixed: the mean runs over
-    # groups of 8 features and the softmax over the 32..N groups.
-    x, o = _gx(g, s)
+    # groups of 8 features and the softmax over the 32 groups.
+    x, o = _gx(g, s, fixed_o=256)
     y = g.op("dropout", g.linear(x, o), p=0.0)
     y = g.op("reshape", y, shape=[g.shape[x][0], o // 8, 8])
     g.op("softmax", g.red("mean", y, 2), dim=1)
@@ -1021,7 +1235,7 @@ def gemm_swish_divide_clamp_tanh_clamp(g, s):
 
 @L2
 def gemm_logsumexp_leakyrelu_leakyrelu_gelu_gelu(g, s):
-    x, o = _gx(g, s)
+    x, o = _gx(g, s, fixed_o=256)
     y = g.red("logsumexp", g.linear(x, o), 1, keepdim=True)
     y = g.u("leaky_relu", g.u("leaky_relu", y, negative_slope=0.01), negative_slope=0.01)
     g.u("gelu", g.u("gelu", y, approximate="none"), approximate="none")
@@ -1030,7 +1244,7 @@ def gemm_logsumexp_leakyrelu_leakyrelu_gelu_gelu(g, s):
 @L2
 def matmul_subtract_multiply_relu(g, s):
     x, o = _gx(g, s)
-    g.u("relu", g.s("mul", g.s("sub", g.linear(x, o), 0.5), 1.5))
+    g.u("relu", g.s("mul", g.s("sub", g.linear(x, o), 0.1), 1.5))
 
 
 @L2
@@ -1084,7 +1298,7 @@ def matmul_scaling_residualadd(g, s):
 
 @L2
 def matmul_residualadd_clamp_logsumexp_mish(g, s):
-    x, o = _gx(g, s)
+    x, o = _gx(g, s, fixed_o=256)
     y = g.linear(x, o)
     y = g.u("clamp", g.op("add", y, y), min=-10.0, max=10.0)
     y = g.red("logsumexp", y, 1, keepdim=True)
@@ -1153,8 +1367,8 @@ def matmul_avgpool_gelu_scale_max(g, s):
 
 @L2
 def matmul_gelu_softmax(g, s):
-    x, _ = _gx(g, s)
-    g.op("softmax", g.u("gelu", g.linear(x, 128), approximate="none"), dim=1)
+    x, o = _gx(g, s, fixed_o=128)
+    g.op("softmax", g.u("gelu", g.linear(x, o), approximate="none"), dim=1)
 
 
 @L2
@@ -1319,8 +1533,9 @@ def _ct2(g, s, cout=32, stride=2):
 @L2
 def conv_transpose2d_biasadd_clamp_scaling_clamp_divide(g, s):
     y = _ct2(g, s)
-    y = g.u("clamp", g.op("add", y, g.chan_param("bias", y)), min=0.0, max=1.0)
-    y = g.u("clamp", g.s("mul", y, 2.0), min=0.0, max=1.0)
+    # wider clamps than KernelBench's [0, 1] so that fewer values saturate
+    y = g.u("clamp", g.op("add", y, g.chan_param("bias", y)), min=-2.0, max=2.0)
+    y = g.u("clamp", g.s("mul", y, 0.5), min=-0.75, max=0.75)
     g.s("div", y, 2.0)
 
 
@@ -1357,7 +1572,8 @@ def conv_transpose2d_softmax_biasadd_scaling_sigmoid(g, s):
 
 @L2
 def conv_transpose2d_add_min_gelu_multiply(g, s):
-    y = g.s("minimum", g.s("add", _ct2(g, s), 0.5), 0.0)
+    # KernelBench's min(x + 0.5, 0) is zero almost everywhere here; min(x + 0.5, 0.8) keeps most values
+    y = g.s("minimum", g.s("add", _ct2(g, s), 0.5), 0.8)
     g.s("mul", g.u("gelu", y, approximate="none"), 2.0)
 
 
@@ -1571,15 +1787,20 @@ def bmm_add_relu(g, s):
     g.u("relu", g.op("add", y, g.par("bias", [256], "normal")))
 
 
+def _tok2(g, s, d, b0, name="x"):
+    b, sl = split(s, b0, 512, q=16, dims=1, hmin=16)
+    return g.inp(name, [b, sl, d])
+
+
 @L2
 def layernorm_gelu_residualadd(g, s):
-    x = g.inp("x", [nb(8 * s), 512, 1024])
+    x = _tok2(g, s, 1024, 8)
     g.op("add", g.u("gelu", g.ln(x), approximate="tanh"), x)
 
 
 @L2
 def rmsnorm_silu_multiply(g, s):
-    x = g.inp("x", [nb(4 * s), 512, 2048])
+    x = _tok2(g, s, 2048, 4)
     gate = g.inp("gate", g.shape[x])
     g.op("mul", g.rms(x), g.u("silu", gate))
 
@@ -1597,10 +1818,10 @@ def batchnorm_relu_maxpool(g, s):
 
 
 @L2
-def softmax_logsumexp_tanh(g, s):
-    x = g.inp("x", [rq(1024 * s, 16), 8, 128])
+def logsoftmax_logsumexp_scaling_tanh(g, s):
+    x = g.inp("x", [fine(1024 * s), 8, 128])
     p = g.op("log_softmax", x, dim=2)
-    g.u("tanh", g.red("logsumexp", p, 1))
+    g.u("tanh", g.s("mul", g.red("logsumexp", p, 1), 0.25))  # lse ~ -2.8: scale before tanh saturates
 
 
 # ----- level 3: blocks and small networks ---------------------------------------------------------
@@ -1620,8 +1841,10 @@ def mlp(g, s):
 
 @L3
 def deep_narrow_mlp(g, s):
-    y = g.inp("x", [rq(2048 * s, 64), 256])
-    for _ in range(8):
+    # 6 linears: with torch's default init each linear+relu divides the signal's second moment by ~6,
+    # so deeper stacks give outputs that hardly depend on the input (biases dominate)
+    y = g.inp("x", [nb(2048 * s), 256])
+    for _ in range(5):
         y = g.u("relu", g.linear(y, 128))
     g.linear(y, 16)
 
@@ -1685,7 +1908,7 @@ def squeeze_excitation_block(g, s):
 
 @L3
 def lenet5(g, s):
-    x = g.inp("x", [rq(256 * s, 16), 1, 32, 32])
+    x = g.inp("x", [nb(256 * s), 1, 32, 32])
     y = g.op("max_pool2d", g.u("relu", g.conv(x, 6, 5)), kernel_size=2, stride=2, padding=0, dilation=1)
     y = g.op("max_pool2d", g.u("relu", g.conv(y, 16, 5)), kernel_size=2, stride=2, padding=0, dilation=1)
     y = g.op("flatten", y, start_dim=1, end_dim=3)
@@ -1774,7 +1997,7 @@ def lstm_cell(g, s):
 
 @L3
 def mlp_mixer_block(g, s):
-    x = _tokens(g, s, 512, s0=256, smin=64)
+    x = _tokens(g, s, 512, s0=256, smin=16)
     t, c = g.shape[x][1], g.shape[x][2]
     h = g.op("transpose", g.ln(x), dim0=1, dim1=2)
     h = g.linear(g.u("gelu", g.linear(h, t), approximate="none"), t)
@@ -1795,9 +2018,52 @@ def convnext_block(g, s):
 # ---------------------------------------------------------------------------------------------------
 # Sizing, writing, checking.
 
+# Measured corrections on top of SCALE, per profile: tools/suite_calibration.json, written by
+#     python3 tools/make_suites.py --calibrate cpu VALIDATE.jsonl
+# where VALIDATE.jsonl comes from `kiln tasks validate data/suites/level*/cpu --json VALIDATE.jsonl` on the
+# machine the profile is for. Each factor is multiplied by measured / estimated eager time.
+CALIBRATION_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "suite_calibration.json")
+
+
+def load_calibration():
+    if not os.path.exists(CALIBRATION_FILE):
+        return {}
+    with open(CALIBRATION_FILE) as f:
+        return json.load(f)
+
+
+CALIBRATION = load_calibration()
+
+
+def calibrate(prof, jsonl_path):
+    """Folds measured eager times (kiln tasks validate --json) into CALIBRATION and saves it."""
+    cal = CALIBRATION.setdefault(prof, {})
+    n = 0
+    with open(jsonl_path) as f:
+        for line in f:
+            row = json.loads(line)
+            parts = row["origin"].replace(os.sep, "/").split("/")
+            if len(parts) < 3 or parts[-2] != prof or not parts[-3].startswith("level"):
+                continue
+            key = "%s/%s" % (parts[-3], row["name"])
+            with open(row["origin"]) as tf:
+                header = [l for l in tf.read().splitlines() if l.startswith("# estimated eager ms:")]
+            if not header or row["eager_ms"] <= 0:
+                continue
+            fields = dict(p.strip().split(" ") for p in header[0].split(":", 1)[1].split("/"))
+            estimate = float(fields[prof])
+            cal[key] = round(cal.get(key, 1.0) * row["eager_ms"] / estimate, 4)
+            n += 1
+    with open(CALIBRATION_FILE, "w") as f:
+        json.dump(CALIBRATION, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print("calibrated %d %s tasks from %s" % (n, prof, jsonl_path))
+
+
 def scale_of(key, prof):
     v = SCALE.get(key, 1.0)
-    return float(v[prof] if isinstance(v, dict) else v)
+    base = float(v[prof] if isinstance(v, dict) else v)
+    return base * CALIBRATION.get(prof, {}).get(key, 1.0)
 
 
 def build(fn, s, name):
@@ -1823,8 +2089,8 @@ def choose(level, name, fn, prof):
         if sig in seen:
             continue
         seen.add(sig)
-        big, total = g.memory()
-        if big >= MAX_TENSOR[prof] or total >= MAX_TOTAL[prof]:
+        big, res, total = g.memory()
+        if big >= MAX_TENSOR[prof] or res >= MAX_RESULT[prof] or total >= MAX_TOTAL[prof]:
             continue
         t = g.est_ms(prof) * k
         err = abs(math.log(t / target))
@@ -1894,7 +2160,20 @@ def recheck(path, level, name):
     return g
 
 
+def same_graph(level, name, graphs):
+    """Both profiles must hold the same graph: same declarations, ops, args, attr names, outputs."""
+    def sig(g):
+        return ([(d["name"], d["init"], d.get("of"), len(d["shape"])) for d in g.inputs + g.params],
+                [(o["out"], o["op"], o["args"], sorted(o.get("attrs", {})),
+                  {k: v for k, v in o.get("attrs", {}).items() if k != "shape"}) for o in g.ops],
+                g.outputs)
+    if any(sig(g) != sig(graphs[0]) for g in graphs[1:]):
+        raise SpecError("level%d/%s: the profiles' graphs differ beyond sizes" % (level, name))
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--calibrate":
+        calibrate(sys.argv[2], sys.argv[3])
     check_only = "--check" in sys.argv[1:]
     known = {"level%d/%s" % (lv, n) for lv in TASKS for n in TASKS[lv]}
     bad = sorted(set(SCALE) - known)
@@ -1906,6 +2185,7 @@ def main():
             if name != name.lower() or not name.replace("_", "").isalnum():
                 raise SystemExit("bad task name %s" % name)
             picks = {p: choose(level, name, fn, p) for p in PROFILES}
+            same_graph(level, name, [g for g, _ in picks.values()])
             results[(level, name)] = picks
     if check_only:
         print("ok: %d tasks" % len(results))
@@ -1924,7 +2204,7 @@ def main():
                 f.write(render(name, level, g, est))
             g2 = recheck(path, level, name)
             assert [g2.shape[x] for x in g2.outputs] == [g.shape[x] for x in g.outputs]
-        gb = {p: picks[p][0].memory()[1] / GIB for p in picks}
+        gb = {p: picks[p][0].memory()[2] / GIB for p in picks}
         rows.append((level, name, len(picks["cpu"][0].ops), est["cpu"], est["gpu"], gb["gpu"]))
     print("%-6s %-58s %4s %9s %9s %8s" % ("level", "name", "ops", "cpu ms", "gpu ms", "gpu GiB"))
     for r in rows:
