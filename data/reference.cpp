@@ -1,6 +1,7 @@
 #include "data/reference.hpp"
 
 #include "data/op_vocab.hpp"
+#include "data/task_hash.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -258,10 +259,8 @@ double finfo_eps(dtype t) {
 } // namespace
 
 uint64_t default_param_seed(const task& t) {
-  // FNV-1a of the name: stable across runs and machines, unlike std::hash.
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : t.name) h = (h ^ c) * 1099511628211ull;
-  return h & 0x7fffffffffffull;
+  // Stable across runs and machines, unlike std::hash.
+  return fnv1a64(t.name) & 0x7fffffffffffull;
 }
 
 std::vector<at::Tensor> make_params(const task& t, uint64_t seed, c10::Device device) {

@@ -1,0 +1,17 @@
+# Runs `kiln synth --no-run` twice with one seed; the datasets must be byte-identical and valid.
+foreach(i 1 2)
+  execute_process(COMMAND ${KILN} synth --out ${OUT}/synth_${i}.jsonl --count 300 --seed 11 --no-run
+                  RESULT_VARIABLE rc OUTPUT_QUIET)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "kiln synth exited ${rc}")
+  endif()
+endforeach()
+file(SHA256 ${OUT}/synth_1.jsonl h1)
+file(SHA256 ${OUT}/synth_2.jsonl h2)
+if(NOT h1 STREQUAL h2)
+  message(FATAL_ERROR "same seed, different datasets")
+endif()
+execute_process(COMMAND ${KILN} tasks validate --shapes-only ${OUT}/synth_1.jsonl RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "300 tasks, 300 ok, 0 bad")
+  message(FATAL_ERROR "synthesized tasks do not validate: ${out}")
+endif()
