@@ -70,9 +70,13 @@ std::vector<at::Tensor> draw_all(const task& t, const std::vector<tensor_decl>& 
     for (const auto& d : decls) out.push_back(draw(t, d, gen, device));
     return out;
   }
+  // The device's default generator: seeded under its lock, which must be released before drawing
+  // (each draw takes the same non-recursive mutex). One reference per device at a time.
   at::Generator gen = at::globalContext().defaultGenerator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_current_seed(seed);
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(seed);
+  }
   for (const auto& d : decls) out.push_back(draw(t, d, gen, device));
   return out;
 }
