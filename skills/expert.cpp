@@ -1,0 +1,95 @@
+#include "skills/expert.hpp"
+
+#include "data/op_vocab.hpp"
+#include "skills/grammar.hpp"
+
+#include <algorithm>
+
+namespace kiln {
+
+const char* to_string(backend_kind b) { return b == backend_kind::cpu ? "cpu" : "cuda"; }
+
+namespace {
+
+int64_t pow2_at_least(int64_t x, int64_t lo, int64_t hi) {
+  int64_t p = lo;
+  while (p < x && p < hi) p *= 2;
+  return p;
+}
+
+// Length of the rows a reduction or norm anchor works on (the reduced extent).
+int64_t row_length(const task& t, const op_node& op) {
+  const shape_t& in = value_shape(t, find_value(t, op.args[0]));
+  int64_t total = numel(in), out = std::max<int64_t>(1, numel(op.shape));
+  const op_info* info = find_op(op.op);
+  switch (info->family) {
+    case op_family::softmax:
+    case op_family::cumsum: {
+      int64_t d = attr_int(op.attrs, "dim", -1);
+      normalize_dim(d, in.size());
+      return in.empty() ? 1 : in[d];
+    }
+    case op_family::batch_norm: return in.empty() ? 1 : total / in[1];
+    case op_family::group_norm: return total / (in[0] * attr_int(op.attrs, "num_groups", 1));
+    case op_family::instance_norm: return total / (in[0] * in[1]);
+    default: return std::max<int64_t>(1, total / out);
+  }
+}
+
+int64_t vec_for(int64_t innermost) {
+  for (int64_t v : {8, 4, 2})
+    if (innermost % v == 0) return v;
+  return 1;
+}
+
+} // namespace
+
+program expert_program(const task& t, backend_kind backend) {
+  program p;
+  int64_t total = static_cast<int64_t>(t.ops.size());
+  for (int64_t i = 0; i < total;) {
+    int64_t n = std::min(max_group_ops, total - i);
+    while (n > 1 && fitting_templates(t, i, n).empty()) --n;
+    auto fits = fitting_templates(t, i, n);
+    group g;
+    g.first_op = i;
+    g.num_ops = n;
+    const op_node& anchor = t.ops[i];
+    int64_t inner = anchor.shape.empty() ? 1 : anchor.shape.back();
+    g.tmpl = fits.front();
+    int64_t precision = t.tol.reduced_precision && backend == backend_kind::cuda ? 1 : 0;
+    if (std::find(fits.begin(), fits.end(), kernel_template::library) != fits.end())
+      g.tmpl = kernel_template::library;
+    switch (g.tmpl) {
+      case kernel_template::elementwise:
+      case kernel_template::layout:
+      case kernel_template::pool:
+        g.knobs = {{knob::block, 256}, {knob::vec, g.tmpl == kernel_template::pool ? 1 : vec_for(inner)},
+                   {knob::unroll, 1}, {knob::bounds, 1}};
+        break;
+      case kernel_template::library:
+        g.knobs = {{knob::precision, precision}, {knob::block, 256}, {knob::vec, vec_for(inner)}};
+        break;
+      case kernel_template::gemm:
+        g.knobs = {{knob::tile_m, 64}, {knob::tile_n, 64}, {knob::tile_k, 16}, {knob::split_k, 1},
+                   {knob::precision, precision}, {knob::stage, 1}, {knob::bounds, 1}};
+        break;
+      case kernel_template::conv:
+        g.knobs = {{knob::tile_m, 16}, {knob::tile_n, 16}, {knob::unroll, 1},
+                   {knob::precision, precision}, {knob::bounds, 1}};
+        break;
+      case kernel_template::norm:
+      case kernel_template::reduce: {
+        int64_t row = row_length(t, anchor);
+        int64_t threads = backend == backend_kind::cuda ? pow2_at_least(row / 8, 32, 1024) : 32;
+        g.knobs = {{knob::threads, threads}, {knob::vec, 1}, {knob::onepass, 0}};
+        break;
+      }
+    }
+    p.groups.push_back(canonical(program{{g}}).groups.front());
+    i += n;
+  }
+  return p;
+}
+
+} // namespace kiln

@@ -1,0 +1,17 @@
+// The expert heuristic: a sensible program for any task. Fuses each elementwise chain into its
+// producer, uses the library GEMM, and picks vector widths and threads from the shapes. A baseline
+// policy and the source of warm-up data for the learner.
+//   task --expert_program(backend)--> program
+#pragma once
+
+#include "data/task_spec.hpp"
+#include "skills/program.hpp"
+
+namespace kiln {
+
+enum class backend_kind { cpu, cuda };
+const char* to_string(backend_kind b);
+
+program expert_program(const task& t, backend_kind backend);
+
+} // namespace kiln
