@@ -1,0 +1,31 @@
+// Host-compiler path of the cpu backend: generated C++ source -> shared object, through a
+// content-addressed cache (key: source + compiler identity + flags), so a program compiles once.
+//   source --cache lookup--> hit: .so path | miss: g++ -O3 -march=native -shared -> .so path
+#pragma once
+
+#include "data/expected.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace kiln {
+
+struct cpu_compile_options {
+  std::string cache_dir;          // where sources, objects and logs live; created if missing
+  std::string compiler = "g++";   // host compiler
+  std::string flags = "-O3 -march=native -fPIC -shared -std=c++17 -fno-exceptions";
+  std::string include_dir;        // holds kiln_abi.h (the project's skills/ directory)
+  double timeout_s = 60;          // a compile running longer is killed and reported
+};
+
+struct cpu_artifact {
+  std::string so_path;
+  std::string key;      // 16 hex digits: the cache key
+  bool cache_hit = false;
+  double compile_ms = 0; // 0 on a hit
+};
+
+// On a compile error the error message holds the compiler's log (truncated to a few KiB).
+expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_options& opts);
+
+} // namespace kiln
