@@ -10,26 +10,13 @@ namespace kiln {
 
 namespace {
 
-const kernel_template kTemplates[] = {
-  kernel_template::elementwise, kernel_template::gemm, kernel_template::library,
-  kernel_template::conv,        kernel_template::pool, kernel_template::norm,
-  kernel_template::reduce,      kernel_template::layout};
-const knob kKnobs[] = {knob::block,     knob::vec,   knob::unroll, knob::tile_m,
-                       knob::tile_n,    knob::tile_k, knob::split_k, knob::threads,
-                       knob::precision, knob::stage, knob::bounds, knob::onepass};
-
-std::string value_word(knob k, int64_t v) {
-  if (k == knob::precision) return v == 1 ? "tf32" : v == 2 ? "fp16" : "fp32";
-  return std::to_string(v);
-}
-
 std::vector<std::string> make_vocab() {
   std::vector<std::string> v = {"kernel", "ops", "end"};
-  for (auto t : kTemplates) v.push_back(to_string(t));
-  for (auto k : kKnobs) v.push_back(to_string(k));
+  for (auto t : all_templates()) v.push_back(to_string(t));
+  for (auto k : all_knobs()) v.push_back(to_string(k));
   std::set<int64_t> numbers;
   for (int64_t n = 0; n <= max_group_ops; ++n) numbers.insert(n);
-  for (auto k : kKnobs)
+  for (auto k : all_knobs())
     if (k != knob::precision)
       for (auto x : knob_values(k)) numbers.insert(x);
   for (auto n : numbers) v.push_back(std::to_string(n));
@@ -219,7 +206,7 @@ std::vector<int> to_tokens(const program& p) {
     push(to_string(g.tmpl));
     for (const auto& s : g.knobs) {
       push(to_string(s.k));
-      push(value_word(s.k, s.value));
+      push(knob_value_word(s.k, s.value));
     }
   }
   push("end");
@@ -261,7 +248,7 @@ std::vector<int> grammar::valid_next(const std::vector<int>& prefix) const {
         break;
       case cursor::expect::knob_value: {
         knob k = template_knobs(cur.tmpl)[cur.knob_index];
-        for (auto v : knob_values(k)) ids.push_back(token_id(value_word(k, v)));
+        for (auto v : knob_values(k)) ids.push_back(token_id(knob_value_word(k, v)));
         break;
       }
       case cursor::expect::done:
@@ -284,7 +271,7 @@ std::vector<int> grammar::valid_next(const std::vector<int>& prefix) const {
         c.state = cursor::expect::tmpl;
         break;
       case cursor::expect::tmpl:
-        for (auto tm : kTemplates)
+        for (auto tm : all_templates())
           if (w == to_string(tm)) c.tmpl = tm;
         c.knob_index = 0;
         c.state = template_knobs(c.tmpl).empty() ? cursor::expect::kernel_or_end : cursor::expect::knob_name;

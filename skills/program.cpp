@@ -38,17 +38,27 @@ const char* to_string(knob k) {
   return "?";
 }
 
+const std::vector<kernel_template>& all_templates() {
+  static const std::vector<kernel_template> t = {
+    kernel_template::elementwise, kernel_template::gemm, kernel_template::library,
+    kernel_template::conv,        kernel_template::pool, kernel_template::norm,
+    kernel_template::reduce,      kernel_template::layout};
+  return t;
+}
+
+const std::vector<knob>& all_knobs() {
+  static const std::vector<knob> k = {knob::block,     knob::vec,    knob::unroll, knob::tile_m,
+                                      knob::tile_n,    knob::tile_k, knob::split_k, knob::threads,
+                                      knob::precision, knob::stage,  knob::bounds, knob::onepass};
+  return k;
+}
+
+std::string knob_value_word(knob k, int64_t v) {
+  if (k == knob::precision) return v == 1 ? "tf32" : v == 2 ? "fp16" : "fp32";
+  return std::to_string(v);
+}
+
 namespace {
-
-const kernel_template all_templates[] = {
-  kernel_template::elementwise, kernel_template::gemm, kernel_template::library,
-  kernel_template::conv,        kernel_template::pool, kernel_template::norm,
-  kernel_template::reduce,      kernel_template::layout};
-const knob all_knobs[] = {knob::block,   knob::vec,       knob::unroll, knob::tile_m,
-                          knob::tile_n,  knob::tile_k,    knob::split_k, knob::threads,
-                          knob::precision, knob::stage,   knob::bounds, knob::onepass};
-
-const char* precision_word(int64_t v) { return v == 1 ? "tf32" : v == 2 ? "fp16" : "fp32"; }
 
 bool parse_value(knob k, const std::string& w, int64_t& out) {
   if (k == knob::precision) {
@@ -73,11 +83,7 @@ std::string print(const program& p) {
   for (const auto& g : p.groups) {
     out << "kernel ops " << g.num_ops << " " << to_string(g.tmpl);
     for (const auto& s : g.knobs) {
-      out << " " << to_string(s.k) << " ";
-      if (s.k == knob::precision)
-        out << precision_word(s.value);
-      else
-        out << s.value;
+      out << " " << to_string(s.k) << " " << knob_value_word(s.k, s.value);
     }
     out << " ";
   }
@@ -107,14 +113,14 @@ expected<program> parse_program(const std::string& text) {
     if (!parse_value(knob::block, words[i + 2], g.num_ops) || g.num_ops < 1 || g.num_ops > max_group_ops)
       return error{"program: " + at(i + 2) + ": expected an op count from 1 to " + std::to_string(max_group_ops)};
     bool found = false;
-    for (auto t : all_templates)
+    for (auto t : all_templates())
       if (words[i + 3] == to_string(t)) g.tmpl = t, found = true;
     if (!found) return error{"program: " + at(i + 3) + ": unknown template"};
     i += 4;
     while (i < words.size() && words[i] != "kernel" && words[i] != "end") {
       bool known = false;
       knob k = knob::block;
-      for (auto kk : all_knobs)
+      for (auto kk : all_knobs())
         if (words[i] == to_string(kk)) k = kk, known = true;
       if (!known) return error{"program: " + at(i) + ": unknown knob"};
       int64_t v = 0;

@@ -44,6 +44,11 @@ enum class knob {
 };
 const char* to_string(knob k);
 
+const std::vector<kernel_template>& all_templates();
+const std::vector<knob>& all_knobs();
+// The vocabulary word of a knob value ("64", "tf32").
+std::string knob_value_word(knob k, int64_t v);
+
 enum class precision_mode { fp32 = 0, tf32 = 1, fp16 = 2 };
 
 struct knob_setting {
