@@ -43,6 +43,25 @@ struct synth_args {
 };
 int cmd_synth(const common_args& common, const synth_args& args);
 
+// `kiln executor` (hidden): the sandboxed job process of a device, spoken to over fd 3 by
+// executor_client. Defined in gpu_pool/executor.cpp; the arguments in gpu_pool/executor.hpp.
+struct executor_args;
+int executor_main(const executor_args& args);
+
+struct eval_args {
+  std::vector<std::string> policies = {"expert"};
+  std::vector<std::string> suites;
+  std::string backend = "cpu";
+  std::string json_out;
+  std::string cache_dir; // empty: $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln or ~/.cache/kiln
+  uint64_t seed = 1;
+  int devices = 1;
+  int compile_workers = 2;
+  int parallel = 3; // tasks in flight (compiles overlap device work)
+  int64_t max_tasks = 0;
+};
+int cmd_eval(const common_args& common, const eval_args& args);
+
 // Applies the thread count to LibTorch's intra-op pool (0 = hardware cores); returns it.
 int configure_threads(int threads);
 

@@ -1,5 +1,6 @@
 // kiln: the command-line entry point. Parses arguments (CLI11), sets up logging, dispatches.
 #include "actors/commands.hpp"
+#include "gpu_pool/executor.hpp"
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -32,6 +33,19 @@ int main(int argc, char** argv) {
   val->add_option("--max-ms", validate.max_ms, "fail tasks whose eager time is above this (0 = off)");
   val->add_flag("--shapes-only", validate.shapes_only, "parse and check shapes only; run nothing");
 
+  kiln::eval_args eval;
+  auto* ev = app.add_subcommand("eval", "evaluate policies over a suite: pass rate, fast_p, geomean speedups");
+  ev->add_option("--policy", eval.policies, "expert, random or a checkpoint (repeatable)")->capture_default_str();
+  ev->add_option("--suite", eval.suites, "task files or directories")->required();
+  ev->add_option("--backend", eval.backend, "cpu or cuda")->capture_default_str();
+  ev->add_option("--json", eval.json_out, "write results (one entry per policy) here");
+  ev->add_option("--cache-dir", eval.cache_dir, "kernel cache (default ~/.cache/kiln)");
+  ev->add_option("--seed", eval.seed, "seed of the random policy")->capture_default_str();
+  ev->add_option("--devices", eval.devices, "device actors (cpu: executors)")->capture_default_str();
+  ev->add_option("--compile-workers", eval.compile_workers, "parallel compiles")->capture_default_str();
+  ev->add_option("--parallel", eval.parallel, "tasks in flight")->capture_default_str();
+  ev->add_option("--max-tasks", eval.max_tasks, "evaluate only the first N tasks (0 = all)");
+
   kiln::synth_args synth;
   auto* syn = app.add_subcommand("synth", "synthesize a training dataset of fused tasks (JSON Lines)");
   syn->add_option("--out", synth.out, "output .jsonl")->required();
@@ -45,6 +59,20 @@ int main(int argc, char** argv) {
   syn->add_option("--stats", synth.stats_out, "write statistics JSON here");
   syn->add_flag("--no-run", synth.no_run, "skip the eager filters (structure and shapes only)");
 
+  // Internal: spawned by executor_client, not for people, so hidden from the help (empty group).
+  kiln::executor_args exec;
+  auto* exe = app.add_subcommand("executor", "sandboxed job process of a device (internal)");
+  exe->group("");
+  exe->add_option("--fd", exec.fd, "protocol socket")->capture_default_str();
+  exe->add_option("--scratch", exec.scratch, "private scratch directory")->required();
+  exe->add_option("--address-space-mib", exec.address_space_mib, "RLIMIT_AS")->capture_default_str();
+  exe->add_option("--file-size-mib", exec.file_size_mib, "RLIMIT_FSIZE")->capture_default_str();
+  exe->add_option("--threads", exec.threads, "kernel and LibTorch threads")->capture_default_str();
+  exe->add_option("--program-cache", exec.program_cache, "loaded programs kept")->capture_default_str();
+  exe->add_flag("!--no-net-isolation", exec.isolate_network, "skip the network namespace");
+  exe->add_flag("!--no-fs-restriction", exec.restrict_fs, "skip landlock");
+  exe->add_flag("--drop-privileges", exec.drop_privileges, "when root, run as nobody");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -55,5 +83,7 @@ int main(int argc, char** argv) {
   if (*run_cmd) return kiln::cmd_run(common, run);
   if (*val) return kiln::cmd_tasks_validate(common, validate);
   if (*syn) return kiln::cmd_synth(common, synth);
+  if (*ev) return kiln::cmd_eval(common, eval);
+  if (*exe) return kiln::executor_main(exec);
   return 2;
 }

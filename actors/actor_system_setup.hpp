@@ -1,0 +1,19 @@
+// The CAF actor system as Kiln runs it: scheduler threads = cores unless configured (CAF's own
+// default, max(cores, 4), oversubscribes small machines and was 2-5x slower here).
+//   kiln config --make_actor_config--> caf::actor_system_config --> caf::actor_system
+#pragma once
+
+#include <caf/actor_system_config.hpp>
+#include <string>
+
+namespace kiln {
+
+struct actor_settings {
+  int threads = 0;                    // 0 = hardware cores
+  std::string policy = "sharing";     // 'sharing' | 'stealing'
+};
+
+// Fills `cfg` with the settings (scheduler.max-threads, scheduler.policy); returns the threads used.
+int configure_actor_system(caf::actor_system_config& cfg, const actor_settings& s);
+
+} // namespace kiln

@@ -1,0 +1,186 @@
+#include "gpu_pool/cpu_compiler.hpp"
+
+#include "data/task_hash.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <poll.h>
+#include <spawn.h>
+#include <sstream>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <atomic>
+
+extern char** environ;
+
+namespace kiln {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::size_t max_log_bytes = 4096;
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+struct run_result {
+  int exit_code = -1; // -1: could not start or killed
+  bool timed_out = false;
+  std::string log;    // stdout and stderr together
+};
+
+// Spawns argv in its own process group (so a timeout kills the compiler's children too), reads
+// its output until EOF or the deadline.
+expected<run_result> run_captured(const std::vector<std::string>& args, double timeout_s) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return error{std::string("pipe: ") + std::strerror(errno)};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    return error{"cannot start '" + args[0] + "': " + std::strerror(rc)};
+  }
+  run_result r;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  char buf[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      r.timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    int n = poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;
+    ssize_t got = read(fds[0], buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break; // EOF: the compiler closed its output
+    if (r.log.size() < 64 * 1024) r.log.append(buf, static_cast<std::size_t>(got));
+  }
+  close(fds[0]);
+  if (r.timed_out) kill(-pid, SIGKILL);
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {}
+  if (!r.timed_out && WIFEXITED(wstatus)) r.exit_code = WEXITSTATUS(wstatus);
+  return r;
+}
+
+// First line of `compiler --version`, once per process and compiler: part of the cache key, so an
+// upgraded compiler never reuses stale objects.
+expected<std::string> compiler_identity(const std::string& compiler) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> known;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(compiler); it != known.end()) return it->second;
+  auto r = run_captured({compiler, "--version"}, 30);
+  if (!r) return r.err();
+  if (r->exit_code != 0) return error{"compiler '" + compiler + "' --version failed: " + r->log};
+  std::string line = r->log.substr(0, r->log.find('\n'));
+  known[compiler] = line;
+  return line;
+}
+
+// A name no other thread or process uses at the same time, for write-then-rename.
+std::string temp_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  return ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
+}
+
+status write_atomically(const std::string& path, const std::string& text) {
+  std::string tmp = path + temp_suffix();
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    if (!out) return error{"cannot write " + tmp};
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return error{"cannot rename " + tmp + ": " + std::strerror(errno)};
+  }
+  return ok();
+}
+
+std::string truncate_log(std::string log) {
+  if (log.size() > max_log_bytes) log = log.substr(0, max_log_bytes) + "\n... (log truncated)";
+  return log;
+}
+
+} // namespace
+
+expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_options& opts) {
+  auto ident = compiler_identity(opts.compiler);
+  if (!ident) return ident.err();
+  std::string keyed = source;
+  const std::string& version = *ident;
+  for (const std::string* part : {&opts.compiler, &opts.flags, &version}) {
+    keyed += '\0';
+    keyed += *part;
+  }
+  cpu_artifact art;
+  art.key = hash_hex(fnv1a64(keyed));
+  std::error_code ec;
+  fs::create_directories(opts.cache_dir, ec);
+  if (ec) return error{"cpu compile: cannot create cache dir " + opts.cache_dir + ": " + ec.message()};
+  std::string base = (fs::path(opts.cache_dir) / art.key).string();
+  art.so_path = base + ".so";
+  if (fs::exists(art.so_path)) {
+    art.cache_hit = true;
+    return art;
+  }
+  auto start = std::chrono::steady_clock::now();
+  std::string src_path = base + ".cpp";
+  if (auto st = write_atomically(src_path, source); !st) return st.err();
+  std::string tmp_so = art.so_path + temp_suffix();
+  std::vector<std::string> args{opts.compiler};
+  for (auto& w : split_words(opts.flags)) args.push_back(w);
+  if (!opts.include_dir.empty()) args.push_back("-I" + opts.include_dir);
+  args.insert(args.end(), {"-o", tmp_so, src_path});
+  auto r = run_captured(args, opts.timeout_s);
+  if (!r) return r.err();
+  if (r->timed_out || r->exit_code != 0) {
+    std::remove(tmp_so.c_str());
+    write_atomically(base + ".log", r->log);
+    if (r->timed_out)
+      return error{"cpu compile: killed after " + std::to_string(opts.timeout_s) + " s (key " + art.key + ")"};
+    return error{"cpu compile failed (exit " + std::to_string(r->exit_code) + ", key " + art.key +
+                 "):\n" + truncate_log(r->log)};
+  }
+  // Same key, same bytes: whichever concurrent compile renames last wins harmlessly.
+  if (std::rename(tmp_so.c_str(), art.so_path.c_str()) != 0) {
+    std::remove(tmp_so.c_str());
+    return error{"cpu compile: cannot rename object into " + art.so_path + ": " + std::strerror(errno)};
+  }
+  art.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return art;
+}
+
+} // namespace kiln

@@ -1,0 +1,192 @@
+// Child side of the executor protocol. Order matters at start-up: the sandbox is applied before any
+// thread exists (namespaces and landlock bind the calling thread and its future children only).
+#include "gpu_pool/executor.hpp"
+
+#include "data/reference.hpp"
+#include "data/task_check.hpp"
+#include "data/task_hash.hpp"
+#include "gpu_pool/cpu_runtime.hpp"
+#include "gpu_pool/frame.hpp"
+#include "gpu_pool/sandbox.hpp"
+#include "gpu_pool/timing.hpp"
+#include "gpu_pool/verify.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <list>
+#include <unistd.h>
+
+namespace kiln {
+
+struct job_runner::impl {
+  size_t cache_size = 4;
+  // Most recently used first; keyed by path + cache key (a rewritten path is a new program).
+  std::list<std::pair<std::string, cpu_program>> programs;
+  std::string params_key;
+  std::vector<at::Tensor> params;
+  cache_flusher flusher;
+
+  expected<const cpu_program*> program(const artifact_ref& a) {
+    std::string k = a.path + "#" + a.key;
+    for (auto it = programs.begin(); it != programs.end(); ++it)
+      if (it->first == k) {
+        programs.splice(programs.begin(), programs, it);
+        return &programs.front().second;
+      }
+    auto p = cpu_program::load(a.path);
+    if (!p) return p.err();
+    programs.emplace_front(k, std::move(*p));
+    while (programs.size() > cache_size) programs.pop_back();
+    return &programs.front().second;
+  }
+
+  // Params are fixed per task instance: drawn once, reused while jobs stay on the same task.
+  const std::vector<at::Tensor>& params_for(const task& t) {
+    uint64_t seed = default_param_seed(t);
+    std::string k = hash_hex(content_hash(t)) + ":" + std::to_string(seed);
+    if (k != params_key) {
+      params = make_params(t, seed, at::kCPU);
+      params_key = k;
+    }
+    return params;
+  }
+
+  check_result run(const job& j) {
+    task t = j.spec;
+    if (auto st = check_task(t); !st) return failed("bad task: " + st.message());
+    if (j.kind != job_kind::baseline && j.artifact.backend != "cpu")
+      return failed("backend '" + j.artifact.backend + "' is not served by this executor");
+    const auto& ps = params_for(t);
+    if (j.kind == job_kind::baseline) return time_cpu_reference(t, ps, j.timing, flusher);
+
+    auto prog = program(j.artifact);
+    if (!prog) return failed(prog.message());
+    const cpu_program* p = *prog;
+    kernel_call call = [p](const std::vector<const void*>& in, const std::vector<const void*>& par,
+                           const std::vector<void*>& out) { return p->run(in, par, out); };
+    if (j.kind == job_kind::time) return time_cpu_kernel(t, ps, call, j.timing, flusher);
+    auto v = verify_cpu(t, ps, call, j.verify);
+    if (j.kind == job_kind::verify || v.kind != outcome_kind::correct) return v;
+    auto tm = time_cpu_kernel(t, ps, call, j.timing, flusher);
+    if (tm.kind == outcome_kind::correct) tm.message = v.message;
+    return tm;
+  }
+
+  static check_result failed(std::string m) {
+    check_result r;
+    r.kind = outcome_kind::runtime_error;
+    r.message = std::move(m);
+    return r;
+  }
+};
+
+job_runner::job_runner(int program_cache) : impl_(std::make_unique<impl>()) {
+  impl_->cache_size = static_cast<size_t>(std::max(1, program_cache));
+}
+job_runner::~job_runner() = default;
+
+outcome job_runner::run(const job& j) {
+  auto t0 = std::chrono::steady_clock::now();
+  outcome o = make_outcome(j, outcome_kind::runtime_error);
+  try {
+    auto r = impl_->run(j);
+    o.kind = r.kind;
+    o.message = std::move(r.message);
+    o.error = r.error;
+    o.time = r.time;
+    o.retire = r.retire;
+  } catch (const std::exception& e) {
+    // c10::Error from a LibTorch call (bad shapes, out of memory) lands here.
+    o.kind = outcome_kind::runtime_error;
+    std::string what = e.what();
+    o.message = "exception: " + what.substr(0, what.find('\n'));
+  }
+  o.device_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return o;
+}
+
+namespace {
+
+int count_threads() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  return -1;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& w : v) s += (s.empty() ? "" : "; ") + w;
+  return s;
+}
+
+} // namespace
+
+int executor_main(const executor_args& args) {
+  // Generated code may print: stdout must never share the protocol channel.
+  fflush(stdout);
+  dup2(STDERR_FILENO, STDOUT_FILENO);
+
+  int threads_before = count_threads();
+  sandbox_options so;
+  so.scratch_dir = args.scratch;
+  so.address_space_mib = args.address_space_mib;
+  so.file_size_mib = args.file_size_mib;
+  so.isolate_network = args.isolate_network;
+  so.restrict_fs = args.restrict_fs;
+  so.drop_privileges = args.drop_privileges;
+  auto sb = apply_sandbox(so);
+  if (!sb) {
+    std::fprintf(stderr, "kiln executor: %s\n", sb.message().c_str());
+    return 3;
+  }
+  if (threads_before > 1)
+    sb->warnings.push_back(std::to_string(threads_before) +
+                           " threads existed before the sandbox: namespaces / landlock cover the main thread only");
+  for (const auto& w : sb->warnings) std::fprintf(stderr, "kiln executor: warning: %s\n", w.c_str());
+
+  at::set_num_threads(std::max(1, args.threads));
+  set_cpu_host_threads(std::max(1, args.threads));
+
+  executor_hello hello;
+  hello.pid = getpid();
+  hello.uid = sb->uid;
+  hello.net_isolated = sb->net_isolated;
+  hello.fs_restricted = sb->fs_restricted;
+  hello.scratch = args.scratch;
+  hello.warnings = join(sb->warnings);
+  if (auto st = write_frame(args.fd, encode(hello)); !st) {
+    std::fprintf(stderr, "kiln executor: cannot send hello: %s\n", st.message().c_str());
+    return 4;
+  }
+
+  job_runner runner(args.program_cache);
+  for (;;) {
+    auto f = read_frame(args.fd);
+    if (f.status == frame_status::eof) return 0; // the client is done with us
+    if (f.status != frame_status::ok) {
+      std::fprintf(stderr, "kiln executor: bad frame: %s\n", f.error.c_str());
+      return 4; // the stream is out of sync: only a fresh process can recover
+    }
+    outcome o;
+    auto j = decode_job(f.payload);
+    if (!j) {
+      o.kind = outcome_kind::runtime_error;
+      o.message = "executor: " + j.message();
+    } else {
+      // CPU time sums over threads: allow the wall-clock budget on every thread, plus slack.
+      set_cpu_budget(j->timeout_s * std::max(1, args.threads) + 5);
+      o = runner.run(*j);
+    }
+    if (auto st = write_frame(args.fd, encode(o)); !st) {
+      std::fprintf(stderr, "kiln executor: cannot send outcome: %s\n", st.message().c_str());
+      return 4;
+    }
+    if (o.retire) return 0;
+  }
+}
+
+} // namespace kiln

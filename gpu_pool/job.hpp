@@ -1,0 +1,118 @@
+// Jobs and outcomes of a device executor, plus their msgpack wire form (device-agnostic).
+//   device actor --job--> executor_client --msgpack frame--> executor --outcome frame--> back
+#pragma once
+
+#include "data/expected.hpp"
+#include "data/task_spec.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace kiln {
+
+enum class job_kind {
+  verify,   // correctness only
+  time,     // timing only (the caller vouches for correctness; final outputs are still checked)
+  baseline, // eager reference timing of the task, same method as `time`
+  evaluate, // verify, then time if correct
+};
+const char* to_string(job_kind k);
+
+// A compiled program as the executor sees it. Backend-specific meaning of `path`:
+// cpu: a shared object exporting kiln_run; cuda (later): a cubin or shared object.
+struct artifact_ref {
+  std::string backend = "cpu";
+  std::string path;
+  std::string key;      // cache key, for logs and the executor's program cache
+  double compile_ms = 0; // copied into the outcome
+};
+
+struct verify_options {
+  int checks = 5;                 // fresh inputs from an unpredictable seed for each
+  bool check_determinism = true;  // a second run on the same inputs must agree
+};
+
+struct timing_options {
+  int warmup = 2;
+  int min_trials = 5;
+  int max_trials = 500;
+  double cv_target = 0.01;        // stop once the coefficient of variation is below this ...
+  double time_cap_ms = 1000;      // ... or once this much time went into trials
+  int64_t flush_bytes = int64_t{64} << 20; // cache flush before each trial (cpu: > LLC)
+};
+
+struct job {
+  uint64_t id = 0;
+  job_kind kind = job_kind::evaluate;
+  task spec;               // checked (shapes filled) by the executor on arrival
+  artifact_ref artifact;   // unused for baseline
+  verify_options verify;
+  timing_options timing;
+  double timeout_s = 60;   // wall clock for the whole job, enforced by the client
+  double queue_ms = 0;     // time queued before the device took it (filled by the caller)
+};
+
+enum class outcome_kind {
+  correct,          // verify / evaluate passed; time / baseline measured
+  wrong,            // outputs outside tolerance (see mismatch)
+  runtime_error,    // kernel returned non-zero, crashed, wrote out of bounds, bad artifact ...
+  timeout,
+  compile_error,    // produced by the compile stage, never by the executor
+  nondeterministic, // two runs on the same inputs disagree beyond tolerance
+  input_mutated,    // the kernel wrote into an input or param
+};
+const char* to_string(outcome_kind k);
+bool is_failure(outcome_kind k); // everything but correct
+
+struct mismatch {
+  std::string output;          // output name
+  int check = 0;               // which check (0-based); -1: the final timing run
+  int64_t first_bad_index = -1; // flat index of the first element outside tolerance
+  int64_t bad_count = 0;
+  double max_abs_err = 0;
+  double max_rel_err = 0;      // over elements with |ref| > atol
+};
+
+struct timings {
+  double median_ms = 0;
+  double cv = 0; // stddev / mean of the trials
+  int trials = 0;
+  double min_ms = 0;
+};
+
+struct outcome {
+  uint64_t job_id = 0;
+  outcome_kind kind = outcome_kind::runtime_error;
+  std::string message;               // runtime_error reason, compile log, details
+  std::optional<mismatch> error;     // wrong, nondeterministic
+  std::optional<timings> time;       // time / baseline / evaluate when correct
+  double queue_ms = 0, compile_ms = 0, device_ms = 0;
+  // Set by the executor when it will exit after this reply (its state may be damaged, e.g. an
+  // out-of-bounds write hit a guard zone): the client reaps it and starts a fresh one.
+  bool retire = false;
+};
+
+outcome make_outcome(const job& j, outcome_kind k, std::string message = {});
+
+// What an executor reports once it is ready: the sandbox it managed to set up.
+struct executor_hello {
+  int64_t pid = 0;
+  int64_t uid = 0;
+  bool net_isolated = false; // in its own network namespace
+  bool fs_restricted = false; // landlock: writes only under the scratch directory
+  std::string scratch;
+  std::string warnings;       // what could not be applied, '; '-separated
+};
+
+// --- wire form: one msgpack map per frame, string keys, version field "v" = 1 ---
+// Decoders walk the object tree and check every type; unknown keys are ignored (forward
+// compatible), missing required keys are errors. Unpacking uses strict limits.
+std::string encode(const job& j);
+std::string encode(const outcome& o);
+std::string encode(const executor_hello& h);
+expected<job> decode_job(const std::string& bytes);
+expected<outcome> decode_outcome(const std::string& bytes);
+expected<executor_hello> decode_hello(const std::string& bytes);
+
+} // namespace kiln

@@ -1,0 +1,37 @@
+// Process limits an executor applies to itself before it runs generated code.
+//   executor start --apply_sandbox(opts)--> rlimits, scratch cwd, netns, landlock, uid --> state
+#pragma once
+
+#include "data/expected.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct sandbox_options {
+  std::string scratch_dir;          // must exist; becomes cwd, TMPDIR and HOME
+  int64_t address_space_mib = 16384; // RLIMIT_AS; 0 = leave as is
+  int64_t file_size_mib = 64;        // RLIMIT_FSIZE: a bigger write gets SIGXFSZ
+  bool isolate_network = true;       // unshare(CLONE_NEWNET) (no interfaces but a down loopback)
+  bool restrict_fs = true;           // landlock: writes only under scratch_dir (+ TCP and signal scoping)
+  bool drop_privileges = false;      // when root: become nobody (65534); artifacts must stay readable
+};
+
+struct sandbox_state {
+  bool net_isolated = false;
+  bool fs_restricted = false;
+  int64_t uid = -1;
+  std::vector<std::string> warnings; // what was asked for but could not be applied
+};
+
+// Irreversible for the calling process. Fails only on what must not be skipped (rlimits, scratch);
+// optional layers that the kernel refuses become warnings.
+expected<sandbox_state> apply_sandbox(const sandbox_options& opts);
+
+// Per-job CPU time: RLIMIT_CPU soft limit = CPU used so far + seconds (SIGXCPU beyond it).
+// A backstop for the client's wall-clock deadline (CPU time sums over threads).
+void set_cpu_budget(double seconds);
+
+} // namespace kiln

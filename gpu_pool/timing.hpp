@@ -1,0 +1,48 @@
+// The timing method shared by kernels and baselines (same code, same process, same flush).
+//   prepare (untimed) -> cache flush (untimed) -> run (timed) ... until CV target / cap -> median, CV
+#pragma once
+
+#include "data/expected.hpp"
+#include "gpu_pool/job.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace kiln {
+
+// Evicts the last-level cache by writing one byte per cache line of a buffer larger than it.
+// The buffer is allocated once (first flush) and kept: executors time many jobs.
+class cache_flusher {
+public:
+  void flush(int64_t bytes);
+
+private:
+  std::unique_ptr<unsigned char[]> buf_;
+  int64_t size_ = 0;
+  unsigned char tick_ = 0;
+};
+
+// A timed region: returns elapsed milliseconds. The cpu backend uses the monotonic clock around a
+// synchronous call; the cuda backend will use events and a device synchronize.
+using timed_fn = std::function<expected<double>()>;
+using untimed_fn = std::function<status()>;
+
+struct timing_summary {
+  timings t;
+  std::vector<double> samples_ms;
+};
+
+double median_of(std::vector<double> v);
+double cv_of(const std::vector<double>& v); // stddev / mean; 0 for fewer than 2 samples
+
+// warmup runs, then trials: each one calls prepare (e.g. refresh inputs), flushes, calls run.
+// Stops after min_trials once cv <= cv_target, or once the loop ran time_cap_ms (wall), or at max_trials.
+expected<timing_summary> measure(const timing_options& opts, cache_flusher& flusher, const untimed_fn& prepare,
+                                 const timed_fn& run);
+
+// Wraps a synchronous call in the monotonic clock.
+timed_fn wall_timed(std::function<status()> call);
+
+} // namespace kiln

@@ -1,0 +1,57 @@
+#include "rollout/eval_metrics.hpp"
+
+#include <cmath>
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+using namespace kiln;
+
+namespace {
+
+eval_row row(bool correct, double kernel_ms, double eager_ms, std::optional<double> compiled = {}) {
+  eval_row r;
+  r.correct = correct;
+  r.kernel_ms = correct ? kernel_ms : 0;
+  r.eager_ms = eager_ms;
+  r.compiled_ms = compiled;
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("fast_p counts correct and faster over ALL tasks") {
+  // speedups vs eager: 2.0, 1.0 (not > 1), 0.5; one failure
+  std::vector<eval_row> rows = {row(true, 1, 2), row(true, 2, 2), row(true, 4, 2), row(false, 0, 2)};
+  auto s = summarize(rows);
+  CHECK(s.tasks == 4);
+  CHECK(s.pass_rate == doctest::Approx(0.75));
+  CHECK(s.fast_eager.at(0.0) == doctest::Approx(0.75));
+  CHECK(s.fast_eager.at(0.5) == doctest::Approx(0.5)); // 2.0 and 1.0; 0.5 is not > 0.5
+  CHECK(s.fast_eager.at(1.0) == doctest::Approx(0.25));
+  CHECK(s.fast_eager.at(2.0) == doctest::Approx(0.0)); // 2.0 is not > 2
+  CHECK(s.geomean_eager == doctest::Approx(std::cbrt(2.0 * 1.0 * 0.5)));
+  CHECK_FALSE(s.fast_compile.has_value());
+  auto j = to_json(s);
+  CHECK(j["fast_1_compile"] == "n/a");
+  CHECK(j["geomean_compile"] == "n/a");
+  CHECK(j["fast_1_eager"].get<double>() == doctest::Approx(0.25));
+  CHECK(j["fast_1_5_eager"].get<double>() == doctest::Approx(0.25));
+}
+
+TEST_CASE("compile metrics appear only when every task has a baseline") {
+  std::vector<eval_row> rows = {row(true, 1, 2, 3.0), row(true, 2, 2, 1.0), row(false, 0, 2, 1.0)};
+  auto s = summarize(rows);
+  REQUIRE(s.fast_compile.has_value());
+  CHECK(s.fast_compile->at(1.0) == doctest::Approx(1.0 / 3)); // 3x faster; 0.5x is not
+  CHECK(*s.share_faster_than_compile == doctest::Approx(1.0 / 3));
+  CHECK(*s.geomean_compile == doctest::Approx(std::sqrt(3.0 * 0.5)));
+  rows.push_back(row(true, 1, 1));
+  CHECK_FALSE(summarize(rows).fast_compile.has_value());
+}
+
+TEST_CASE("no correct tasks: zeros, not NaN") {
+  auto s = summarize({row(false, 0, 1), row(false, 0, 1)});
+  CHECK(s.pass_rate == 0);
+  CHECK(s.geomean_eager == 0);
+  CHECK(summarize({}).tasks == 0);
+}
