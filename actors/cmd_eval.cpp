@@ -49,6 +49,9 @@ expected<pool_config> make_pool_config(const std::string& backend, const std::st
   cfg.compile.cache_dir = (fs::path(cache_dir) / "kernels").string();
   cfg.compile.include_dir = (fs::path(cache_dir) / "include").string();
   cfg.executor.scratch_root = (fs::path(cache_dir) / "scratch").string();
+  // A cpu device is a share of the host's cores: kernels and the eager baseline get the same threads.
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cfg.executor.threads = std::max(1, cores / std::max(1, devices));
   return cfg;
 }
 

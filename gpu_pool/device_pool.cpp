@@ -141,7 +141,13 @@ caf::behavior device_pool(pool_actor* self, pool_config cfg) {
       auto prog = parse_program(program_text);
       if (!prog) return reject(prog.message());
       if (auto st = check_program(*prog, j.spec); !st) return reject(st.message());
-      auto source = generate_cpu(j.spec, *prog);
+      // The generator must not take the pool down, whatever the program.
+      expected<std::string> source = error{"generator did not run"};
+      try {
+        source = generate_cpu(j.spec, *prog);
+      } catch (const std::exception& e) {
+        source = error{std::string("cpu generator failed: ") + e.what()};
+      }
       if (!source) return reject(source.message());
       uint64_t h = fnv1a64(*source);
       auto run = [=](bool ok, const artifact_ref& a, const std::string& log) mutable {
@@ -243,7 +249,7 @@ outcome pool_handle::run(const job& j, const std::string& program) {
       [&](std::string& reply) {
         auto o = decode_outcome(reply);
         if (o) result = std::move(*o);
-        else result.message = "pool: " + o.message();
+        else result.message = "pool: " + o.message() + " (" + std::to_string(reply.size()) + " bytes)";
       },
       [&](caf::error& err) { result.message = "pool did not answer: " + sys_.render(err); });
   return result;

@@ -156,6 +156,7 @@ int executor_main(const executor_args& args) {
   hello.uid = sb->uid;
   hello.net_isolated = sb->net_isolated;
   hello.fs_restricted = sb->fs_restricted;
+  hello.landlock_abi = sb->landlock_abi;
   hello.scratch = args.scratch;
   hello.warnings = join(sb->warnings);
   if (auto st = write_frame(args.fd, encode(hello)); !st) {

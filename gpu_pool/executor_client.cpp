@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <random>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -204,7 +205,9 @@ outcome executor_client::run(const job& j) {
     return failure(j, outcome_kind::runtime_error, reason, device_ms);
   };
 
-  if (auto st = write_frame(fd_, encode(j), deadline); !st) return died("executor died", false);
+  job sent = j;
+  sent.nonce = nonce_();
+  if (auto st = write_frame(fd_, encode(sent), deadline); !st) return died("executor died", false);
   auto f = read_frame(fd_, deadline);
   if (f.status == frame_status::timeout) {
     char secs[32];
@@ -217,12 +220,15 @@ outcome executor_client::run(const job& j) {
     return died("executor sent a bad frame (" + f.error + ")", false);
   }
   auto o = decode_outcome(f.payload);
-  if (!o || o->job_id != j.id) {
+  if (!o || o->job_id != j.id || o->nonce != sent.nonce) {
     ++stats_.protocol_errors;
-    std::string why = !o ? o.message() : "reply for job " + std::to_string(o->job_id);
+    std::string why = !o ? o.message()
+                    : o->job_id != j.id ? "reply for job " + std::to_string(o->job_id)
+                                        : std::string("wrong nonce: forged by the kernel?");
     return died("executor sent a bad outcome (" + why + ")", false);
   }
   // The executor's view of queue and compile time is what we sent; keep ours authoritative.
+  o->nonce = 0; // ours, not the caller's business
   o->queue_ms = j.queue_ms;
   o->compile_ms = j.artifact.compile_ms;
   if (o->retire) {

@@ -8,6 +8,7 @@
 #include "gpu_pool/job.hpp"
 
 #include <optional>
+#include <random>
 #include <string>
 #include <sys/types.h>
 
@@ -70,6 +71,7 @@ private:
   std::optional<executor_hello> hello_;
   executor_stats stats_;
   bool pending_recover_ = false;
+  std::mt19937_64 nonce_{std::random_device{}()};
 };
 
 // "signal 11 (SIGSEGV)"

@@ -38,6 +38,7 @@ bool is_failure(outcome_kind k) { return k != outcome_kind::correct; }
 outcome make_outcome(const job& j, outcome_kind k, std::string message) {
   outcome o;
   o.job_id = j.id;
+  o.nonce = j.nonce;
   o.kind = k;
   o.message = std::move(message);
   o.queue_ms = j.queue_ms;
@@ -184,10 +185,11 @@ E enum_from(const map_view& m, std::string_view k, std::initializer_list<E> valu
 std::string encode(const job& j) {
   msgpack::sbuffer buf;
   packer p(buf);
-  p.pack_map(10);
+  p.pack_map(11);
   key(p, "v"); p.pack(wire_version);
   key(p, "type"); p.pack(std::string_view("job"));
   key(p, "id"); p.pack(j.id);
+  key(p, "nonce"); p.pack(j.nonce);
   key(p, "kind"); p.pack(std::string_view(to_string(j.kind)));
   key(p, "task"); p.pack(task_to_json(j.spec).dump());
   key(p, "artifact");
@@ -218,6 +220,7 @@ expected<job> decode_job(const std::string& bytes) {
     if (m.str("type") != "job") m.fail("not a job message");
     job j;
     j.id = m.u64("id");
+    j.nonce = m.u64("nonce");
     j.kind = enum_from(m, "kind", {job_kind::verify, job_kind::time, job_kind::baseline, job_kind::evaluate});
     auto json = nlohmann::json::parse(m.str("task"), nullptr, /*allow_exceptions=*/false);
     if (json.is_discarded() || !json.is_object()) m.fail("key 'task' is not a JSON object");
@@ -259,6 +262,7 @@ std::string encode(const outcome& o) {
   key(p, "v"); p.pack(wire_version);
   key(p, "type"); p.pack(std::string_view("outcome"));
   key(p, "job_id"); p.pack(o.job_id);
+  key(p, "nonce"); p.pack(o.nonce);
   key(p, "kind"); p.pack(std::string_view(to_string(o.kind)));
   key(p, "message"); p.pack(o.message);
   key(p, "error");
@@ -295,6 +299,7 @@ expected<outcome> decode_outcome(const std::string& bytes) {
     if (m.str("type") != "outcome") m.fail("not an outcome message");
     outcome o;
     o.job_id = m.u64("job_id");
+    o.nonce = m.u64("nonce", false);
     o.kind = enum_from(m, "kind",
                        {outcome_kind::correct, outcome_kind::wrong, outcome_kind::runtime_error, outcome_kind::timeout,
                         outcome_kind::compile_error, outcome_kind::nondeterministic, outcome_kind::input_mutated});
@@ -330,9 +335,10 @@ expected<outcome> decode_outcome(const std::string& bytes) {
 std::string encode(const executor_hello& h) {
   msgpack::sbuffer buf;
   packer p(buf);
-  p.pack_map(8);
+  p.pack_map(9);
   key(p, "v"); p.pack(wire_version);
   key(p, "type"); p.pack(std::string_view("hello"));
+  key(p, "landlock_abi"); p.pack(h.landlock_abi);
   key(p, "pid"); p.pack(h.pid);
   key(p, "uid"); p.pack(h.uid);
   key(p, "net_isolated"); p.pack(h.net_isolated);
@@ -350,6 +356,7 @@ expected<executor_hello> decode_hello(const std::string& bytes) {
     h.uid = m.i64("uid");
     h.net_isolated = m.boolean("net_isolated");
     h.fs_restricted = m.boolean("fs_restricted");
+    h.landlock_abi = m.i64("landlock_abi", false);
     h.scratch = m.str("scratch");
     h.warnings = m.str("warnings");
     return h;

@@ -44,6 +44,9 @@ struct timing_options {
 
 struct job {
   uint64_t id = 0;
+  // Set by executor_client for every send; the outcome must echo it. Job ids are guessable, so
+  // this keeps a kernel that writes a forged outcome frame onto the channel from being believed.
+  uint64_t nonce = 0;
   job_kind kind = job_kind::evaluate;
   task spec;               // checked (shapes filled) by the executor on arrival
   artifact_ref artifact;   // unused for baseline
@@ -83,6 +86,7 @@ struct timings {
 
 struct outcome {
   uint64_t job_id = 0;
+  uint64_t nonce = 0; // the job's nonce
   outcome_kind kind = outcome_kind::runtime_error;
   std::string message;               // runtime_error reason, compile log, details
   std::optional<mismatch> error;     // wrong, nondeterministic
@@ -101,6 +105,7 @@ struct executor_hello {
   int64_t uid = 0;
   bool net_isolated = false; // in its own network namespace
   bool fs_restricted = false; // landlock: writes only under the scratch directory
+  int64_t landlock_abi = 0;   // >= 4: TCP connect/bind denied, >= 6: no signals outside the executor
   std::string scratch;
   std::string warnings;       // what could not be applied, '; '-separated
 };

@@ -49,7 +49,7 @@ constexpr uint64_t ll_scope_abstract_unix = 1ull << 0, ll_scope_signal = 1ull <<
 
 // Writes (create, modify, delete, rename) only beneath `scratch` and to /dev/null; no TCP bind or
 // connect (ABI >= 4); no signals to processes outside the executor, such as the pool (ABI >= 6).
-status restrict_with_landlock(const std::string& scratch) {
+expected<int> restrict_with_landlock(const std::string& scratch) {
 #ifdef SYS_landlock_create_ruleset
   long abi = syscall(SYS_landlock_create_ruleset, nullptr, 0, ll_create_ruleset_version);
   if (abi < 1) return error{"landlock unavailable: " + errno_text()};
@@ -84,7 +84,8 @@ status restrict_with_landlock(const std::string& scratch) {
   if (st && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) st = error{"PR_SET_NO_NEW_PRIVS: " + errno_text()};
   if (st && syscall(SYS_landlock_restrict_self, rs, 0) != 0) st = error{"landlock_restrict_self: " + errno_text()};
   close(rs);
-  return st;
+  if (!st) return st.err();
+  return static_cast<int>(abi);
 #else
   return error{"landlock: not supported by this build"};
 #endif
@@ -136,6 +137,7 @@ expected<sandbox_state> apply_sandbox(const sandbox_options& opts) {
   if (opts.restrict_fs) {
     if (auto s = restrict_with_landlock(opts.scratch_dir); s) {
       st.fs_restricted = true;
+      st.landlock_abi = *s;
     } else {
       st.warnings.push_back("no filesystem restriction (" + s.message() + ")");
     }

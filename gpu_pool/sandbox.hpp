@@ -22,6 +22,7 @@ struct sandbox_options {
 struct sandbox_state {
   bool net_isolated = false;
   bool fs_restricted = false;
+  int landlock_abi = 0; // 0 when landlock is not in force
   int64_t uid = -1;
   std::vector<std::string> warnings; // what was asked for but could not be applied
 };

@@ -93,15 +93,15 @@ string elementwise_formula(const op_node& op) {
   const string& n = op.op;
   if (n == "relu") return "(a0 < 0.f ? 0.f : a0)";
   if (n == "leaky_relu") return "(a0 > 0.f ? a0 : a0 * " + flit(attr_real(a, "negative_slope", 0.01)) + ")";
-  if (n == "sigmoid") return "(1.f / (1.f + std::exp(-a0)))";
-  if (n == "tanh") return "std::tanh(a0)";
+  if (n == "sigmoid") return "(1.f / (1.f + kiln_exp(-a0)))";
+  if (n == "tanh") return "kiln_tanh(a0)";
   if (n == "gelu") {
     if (attr_string(a, "approximate", "none") == "tanh")
-      return "(0.5f * a0 * (1.f + std::tanh(0.797884560802865f * (a0 + 0.044715f * a0 * a0 * a0))))";
-    return "(0.5f * a0 * (1.f + std::erf(a0 * 0.707106781186547f)))";
+      return "(0.5f * a0 * (1.f + kiln_tanh(0.797884560802865f * (a0 + 0.044715f * a0 * a0 * a0))))";
+    return "(0.5f * a0 * (1.f + kiln_erf(a0 * 0.707106781186547f)))";
   }
-  if (n == "silu") return "(a0 / (1.f + std::exp(-a0)))";
-  if (n == "mish") return "(a0 * std::tanh(std::log1p(std::exp(a0))))";
+  if (n == "silu") return "(a0 / (1.f + kiln_exp(-a0)))";
+  if (n == "mish") return "kiln_mish(a0)";
   if (n == "hardswish") return "(a0 * std::min(std::max(a0 + 3.f, 0.f), 6.f) / 6.f)";
   if (n == "hardsigmoid") return "(std::min(std::max(a0 + 3.f, 0.f), 6.f) / 6.f)";
   if (n == "hardtanh")
@@ -111,10 +111,10 @@ string elementwise_formula(const op_node& op) {
   if (n == "selu") return "(1.05070098735548f * (a0 > 0.f ? a0 : 1.67326324235437f * std::expm1(a0)))";
   if (n == "softplus") {
     string b = flit(attr_real(a, "beta", 1.0)), th = flit(attr_real(a, "threshold", 20.0));
-    return "(a0 * " + b + " > " + th + " ? a0 : std::log1p(std::exp(a0 * " + b + ")) / " + b + ")";
+    return "(a0 * " + b + " > " + th + " ? a0 : std::log1p(kiln_exp(a0 * " + b + ")) / " + b + ")";
   }
   if (n == "softsign") return "(a0 / (1.f + std::fabs(a0)))";
-  if (n == "exp") return "std::exp(a0)";
+  if (n == "exp") return "kiln_exp(a0)";
   if (n == "log") return "std::log(a0)";
   if (n == "abs") return "std::fabs(a0)";
   if (n == "neg") return "(-a0)";
@@ -149,7 +149,7 @@ string elementwise_formula(const op_node& op) {
 // is the previous op of the chain reads the register v, any other argument is loaded (broadcast).
 string chain_lambda(gen& g, const string& name, int64_t from, int64_t to, int64_t chain_start) {
   std::ostringstream s;
-  s << "  auto " << name << " = [&](int64_t i, float v) -> float {\n";
+  s << "  auto " << name << " = [=](int64_t i, float v) -> float {\n";
   for (int64_t j = from; j <= to; ++j) {
     const op_node& op = g.t.ops[j];
     string f = elementwise_formula(op);
@@ -203,7 +203,7 @@ void emit_elementwise_loop(gen& g, const string& dst, int64_t n, int64_t vec, in
 void emit_elementwise(gen& g, const group& grp, const string& dst) {
   const op_node& last = g.t.ops[grp.first_op + grp.num_ops - 1];
   g.o << chain_lambda(g, "chain", grp.first_op, grp.first_op + grp.num_ops - 1, grp.first_op);
-  g.o << "  auto body = [&](int64_t i) { return chain(i, 0.f); };\n";
+  g.o << "  auto body = [=](int64_t i) { return chain(i, 0.f); };\n";
   emit_elementwise_loop(g, dst, numel(last.shape), grp.get(knob::vec, 1), grp.get(knob::unroll, 1),
                         grp.get(knob::bounds, 1) != 0, grp.get(knob::block, 256) * 64, "body");
 }
@@ -297,7 +297,7 @@ void emit_library(gen& g, const group& grp, const gemm_desc& d, const string& ds
   if (grp.num_ops == 1 && d.bias.empty()) return;
   o << epilogue(g, grp);
   string bias = d.bias.empty() ? "" : " + " + d.bias + "[i % " + lit(d.n) + "]";
-  o << "  auto body = [&](int64_t i) { return epi(i, " << dst << "[i]" << bias << "); };\n";
+  o << "  auto body = [=](int64_t i) { return epi(i, " << dst << "[i]" << bias << "); };\n";
   emit_elementwise_loop(g, dst, d.nb * d.m * d.n, grp.get(knob::vec, 1), 1, true,
                         grp.get(knob::block, 256) * 64, "body");
 }
@@ -468,7 +468,7 @@ void emit_pool(gen& g, const group& grp, const op_node& op, const op_info& info,
   o << "  constexpr int64_t ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2] << ", OD = " << out[0]
     << ", OH = " << out[1] << ", OW = " << out[2] << ";\n";
   o << "  const float* X = " << g.ptr(op.args[0]) << ";\n";
-  o << "  auto body = [&](int64_t i) -> float {\n"
+  o << "  auto body = [=](int64_t i) -> float {\n"
     << "    const int64_t q = i % (OD * OH * OW), od = q / (OH * OW), oh = (q / OW) % OH, ow = q % OW;\n"
     << "    const float* xb = X + (i / (OD * OH * OW)) * (ID * IH * IW);\n";
   if (info.family == op_family::adaptive_avg_pool) {
@@ -620,10 +620,10 @@ void emit_softmax_like(gen& g, const group& grp, const op_node& op, const op_inf
     o << "    float m = -__builtin_inff();\n"
       << "    for (int64_t l = 0; l < L; ++l) m = std::max(m, X[base + l * IN]);\n"
       << "    double s = 0;\n"
-      << "    for (int64_t l = 0; l < L; ++l) s += std::exp(X[base + l * IN] - m);\n";
+      << "    for (int64_t l = 0; l < L; ++l) s += kiln_exp(X[base + l * IN] - m);\n";
     if (op.op == "softmax")
       o << "    const float inv = (float)(1.0 / s);\n"
-        << "    for (int64_t l = 0; l < L; ++l) { const int64_t i = base + l * IN; " << dst << "[i] = epi(i, std::exp(X[i] - m) * inv); }\n";
+        << "    for (int64_t l = 0; l < L; ++l) { const int64_t i = base + l * IN; " << dst << "[i] = epi(i, kiln_exp(X[i] - m) * inv); }\n";
     else
       o << "    const float ls = (float)std::log(s);\n"
         << "    for (int64_t l = 0; l < L; ++l) { const int64_t i = base + l * IN; " << dst << "[i] = epi(i, X[i] - m - ls); }\n";
@@ -672,7 +672,24 @@ void emit_reduce(gen& g, const group& grp, const op_node& op, const op_info& inf
     }
     o << ind << "{ const float xv = X[" << off << "]; " << body << " }\n";
   };
-  if (n == "sum" || n == "mean") {
+  if ((n == "sum" || n == "mean") && !red.empty() && red.back().stride == 1) {
+    // Contiguous rows: 8 independent double lanes, so the adds vectorize and do not wait on
+    // each other.
+    string ind = "    ", off = "base";
+    o << "    double lane[8] = {};\n";
+    for (std::size_t r = 0; r + 1 < red.size(); ++r) {
+      o << ind << "for (int64_t r" << r << " = 0; r" << r << " < " << lit(red[r].extent) << "; ++r" << r << ")\n";
+      ind += "  ";
+      off += " + r" + std::to_string(r) + " * " + lit(red[r].stride);
+    }
+    int64_t e = red.back().extent;
+    o << ind << "{\n" << ind << "  const float* xs = X + " << off << ";\n" << ind << "  int64_t l = 0;\n"
+      << ind << "  for (; l + 8 <= " << lit(e) << "; l += 8)\n#pragma GCC ivdep\n"
+      << ind << "    for (int64_t u = 0; u < 8; ++u) lane[u] += xs[l + u];\n"
+      << ind << "  for (; l < " << lit(e) << "; ++l) lane[0] += xs[l];\n" << ind << "}\n";
+    o << "    double s = 0;\n    for (int64_t u = 0; u < 8; ++u) s += lane[u];\n";
+    o << "    const float v = (float)(s" << (n == "mean" ? " / " + std::to_string(nred) + ".0" : "") << ");\n";
+  } else if (n == "sum" || n == "mean") {
     o << "    double s = 0;\n";
     loops("s += xv;");
     o << "    const float v = (float)(s" << (n == "mean" ? " / " + std::to_string(nred) + ".0" : "") << ");\n";
@@ -687,7 +704,7 @@ void emit_reduce(gen& g, const group& grp, const op_node& op, const op_info& inf
     o << "    float m = -__builtin_inff();\n";
     loops("if (xv > m || xv != xv) m = xv;");
     o << "    if (std::isinf(m)) m = 0.f;\n    double s = 0;\n";
-    loops("s += std::exp(xv - m);");
+    loops("s += kiln_exp(xv - m);");
     o << "    const float v = (float)std::log(s) + m;\n";
   } else { // argmax / argmin: first index on ties, NaN wins
     o << "    float best = 0.f; int64_t bi = 0, ri = 0;\n";
@@ -769,7 +786,36 @@ inline float kiln_tf32(float x) {
   std::memcpy(&x, &u, 4); return x;
 }
 inline float kiln_fp16(float x) { return (float)(_Float16)x; }
-inline float identity_round(float x) { return x; }
+// Branch-free exp / tanh / erf that g++ vectorizes (libm calls stay scalar without -ffast-math).
+// exp: Cephes range reduction and polynomial, ~1 ulp; NaN propagates, overflow gives inf.
+inline float kiln_exp(float x) {
+  const float c = std::min(std::max(x, -87.3f), 88.37f);
+  const float k = std::floor(c * 1.44269504f + 0.5f);
+  const float r = (c - k * 0.693359375f) + k * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.f;
+  const int32_t e = ((int32_t)k + 127) << 23;
+  float s; std::memcpy(&s, &e, 4);
+  const float v = y * s;
+  return x > 88.7f ? __builtin_inff() : (x != x ? x : v);
+}
+inline float kiln_tanh(float x) { // 1 - 2 / (e^2|x| + 1), odd; absolute error ~1e-7
+  const float a = std::fabs(x);
+  const float t = 1.f - 2.f / (kiln_exp(2.f * a) + 1.f);
+  return x < 0.f ? -t : t;
+}
+inline float kiln_erf(float x) { // Abramowitz-Stegun 7.1.26, |error| <= 1.5e-7
+  const float a = std::fabs(x), t = 1.f / (1.f + 0.3275911f * a);
+  const float p = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
+  const float r = 1.f - p * kiln_exp(-a * a);
+  return x < 0.f ? -r : r;
+}
+inline float kiln_mish(float x) { // x * tanh(log1p(e^x)) = x * n / (n + 2), n = e^x (e^x + 2)
+  const float e = kiln_exp(std::min(x, 20.f)), n = e * (e + 2.f);
+  return x > 20.f ? x : x * n / (n + 2.f);
+}
 } // namespace
 
 extern "C" const int kiln_abi_version = KILN_ABI_VERSION;

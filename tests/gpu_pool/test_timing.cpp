@@ -38,7 +38,7 @@ TEST_CASE("measure: warm-up, prepare before every trial, stop at max_trials or c
   CHECK(steady->t.median_ms == 2.0);
 }
 
-TEST_CASE("measure: the time cap bounds the loop; errors propagate") {
+TEST_CASE("measure: the time cap bounds the loop, errors propagate") {
   timing_options o;
   o.warmup = 0;
   o.min_trials = 1;
