@@ -1,5 +1,6 @@
 #include "gpu_pool/device_pool.hpp"
 
+#include "data/task_check.hpp"
 #include "data/task_hash.hpp"
 #include "skills/codegen_cpu.hpp"
 #include "skills/grammar.hpp"
@@ -129,6 +130,11 @@ caf::behavior device_pool(pool_actor* self, pool_config cfg) {
         return;
       }
       job j = std::move(*decoded);
+      // The wire form carries the spec, not inferred shapes: the generator needs them.
+      if (auto st = check_task(j.spec); !st) {
+        rp.deliver(encode(failed(j, outcome_kind::runtime_error, "pool: bad task: " + st.message())));
+        return;
+      }
       if (j.kind == job_kind::baseline) {
         dispatch(self, std::move(j), rp, t0);
         return;

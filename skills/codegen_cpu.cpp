@@ -617,10 +617,19 @@ void emit_softmax_like(gen& g, const group& grp, const op_node& op, const op_inf
     o << "    double acc = 0;\n"
       << "    for (int64_t l = 0; l < L; ++l) { const int64_t i = base + l * IN; acc += X[i]; " << dst << "[i] = epi(i, (float)acc); }\n";
   } else {
-    o << "    float m = -__builtin_inff();\n"
-      << "    for (int64_t l = 0; l < L; ++l) m = std::max(m, X[base + l * IN]);\n"
-      << "    double s = 0;\n"
-      << "    for (int64_t l = 0; l < L; ++l) s += kiln_exp(X[base + l * IN] - m);\n";
+    // 8 independent lanes for the max and the sum, so both passes vectorize.
+    o << "    const float* xs = X + base;\n"
+      << "    float ml[8]; for (int64_t u = 0; u < 8; ++u) ml[u] = -__builtin_inff();\n"
+      << "    double sl[8] = {};\n"
+      << "    int64_t l = 0;\n"
+      << "    for (; l + 8 <= L; l += 8)\n#pragma GCC ivdep\n"
+      << "      for (int64_t u = 0; u < 8; ++u) ml[u] = std::max(ml[u], xs[(l + u) * IN]);\n"
+      << "    for (; l < L; ++l) ml[0] = std::max(ml[0], xs[l * IN]);\n"
+      << "    float m = ml[0]; for (int64_t u = 1; u < 8; ++u) m = std::max(m, ml[u]);\n"
+      << "    for (l = 0; l + 8 <= L; l += 8)\n#pragma GCC ivdep\n"
+      << "      for (int64_t u = 0; u < 8; ++u) sl[u] += kiln_exp(xs[(l + u) * IN] - m);\n"
+      << "    for (; l < L; ++l) sl[0] += kiln_exp(xs[l * IN] - m);\n"
+      << "    double s = 0; for (int64_t u = 0; u < 8; ++u) s += sl[u];\n";
     if (op.op == "softmax")
       o << "    const float inv = (float)(1.0 / s);\n"
         << "    for (int64_t l = 0; l < L; ++l) { const int64_t i = base + l * IN; " << dst << "[i] = epi(i, kiln_exp(X[i] - m) * inv); }\n";
@@ -790,7 +799,7 @@ inline float kiln_fp16(float x) { return (float)(_Float16)x; }
 // exp: Cephes range reduction and polynomial, ~1 ulp; NaN propagates, overflow gives inf.
 inline float kiln_exp(float x) {
   const float c = std::min(std::max(x, -87.3f), 88.37f);
-  const float k = std::floor(c * 1.44269504f + 0.5f);
+  const float k = (c * 1.44269504f + 12582912.f) - 12582912.f; // round to nearest, vectorizable
   const float r = (c - k * 0.693359375f) + k * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f; p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
