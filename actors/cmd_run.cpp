@@ -1,6 +1,8 @@
 // kiln run: one process hosting every role of an experiment. Today it validates the configured
 // suites (reference, degeneracy, eager time) and records them in a new run directory.
+#include "actors/actor_system_setup.hpp"
 #include "actors/commands.hpp"
+#include "actors/eval_runner.hpp"
 #include "actors/run_config.hpp"
 #include "actors/task_table.hpp"
 #include "data/reference.hpp"
@@ -8,6 +10,8 @@
 #include "data/task_validate.hpp"
 
 #include <ATen/Parallel.h>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -38,6 +42,39 @@ expected<std::string> make_run_dir(const run_config& c) {
   fs::create_directories(dir, ec);
   if (ec) return error{dir.string() + ": cannot create run directory: " + ec.message()};
   return dir.string();
+}
+
+// Evaluates the configured policies through a pool; writes eval.json; returns the overall lines.
+expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args& common,
+                                        const std::string& run_dir) {
+  std::vector<policy_spec> policies;
+  for (const auto& name : cfg.eval_policies) {
+    auto p = parse_policy(name);
+    if (!p) return error{cfg.origin + ": key 'eval.policies': " + p.message()};
+    policies.push_back(*p);
+  }
+  auto set = load_tasks(cfg.eval_suites);
+  for (const auto& e : set.errors) spdlog::error("{}", e.message);
+  if (cfg.eval_max_tasks > 0 && static_cast<int64_t>(set.tasks.size()) > cfg.eval_max_tasks)
+    set.tasks.resize(static_cast<std::size_t>(cfg.eval_max_tasks));
+  auto pool_cfg = make_pool_config(cfg.backend, cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir,
+                                   cfg.devices, cfg.compile_workers);
+  if (!pool_cfg) return error{cfg.origin + ": " + pool_cfg.message()};
+  caf::actor_system_config sys_cfg;
+  configure_actor_system(sys_cfg, {common.threads > 0 ? common.threads : cfg.threads, "sharing"});
+  caf::actor_system sys{sys_cfg};
+  pool_handle pool(sys, *pool_cfg);
+  spdlog::info("evaluating {} policies on {} tasks through the pool", policies.size(), set.tasks.size());
+  nlohmann::json all = nlohmann::json::array(), overall = nlohmann::json::object();
+  for (const auto& p : policies) {
+    auto rows = evaluate_policy(pool, set.tasks, p, cfg.eval_seed, cfg.compile_workers + cfg.devices);
+    all.push_back(summary_json(p.name, "", cfg.backend, rows));
+    print_summary(all.back());
+    overall[p.name] = all.back()["overall"];
+  }
+  std::ofstream(run_dir + "/eval.json") << all.dump(2) << "\n";
+  std::printf("pool: %s\n", pool.stats().c_str());
+  return overall;
 }
 
 } // namespace
@@ -98,6 +135,14 @@ int cmd_run(const common_args& common, const run_args& args) {
   nlohmann::json summary = {{"name", cfg->name},       {"config", cfg->origin},
                             {"backend", cfg->backend}, {"tasks", total},
                             {"bad", bad},              {"threads", threads}};
+  if (!cfg->eval_policies.empty()) {
+    auto evaluated = run_evaluation(*cfg, common, *run_dir);
+    if (!evaluated) {
+      spdlog::error("{}", evaluated.message());
+      return 2;
+    }
+    summary["eval"] = *evaluated;
+  }
   std::ofstream(*run_dir + "/summary.json") << summary.dump(2) << "\n";
   std::printf("run directory: %s\n", run_dir->c_str());
   return bad == 0 ? 0 : 1;

@@ -23,6 +23,15 @@ struct run_config {
   int threads = 0;
   int timing_runs = 3;
   int degeneracy_seeds = 3;
+  // [eval]: policies evaluated through the pool after validation (empty: none).
+  std::vector<std::string> eval_policies;
+  std::vector<std::string> eval_suites; // default: tasks.suites
+  int64_t eval_max_tasks = 0;
+  uint64_t eval_seed = 1;
+  // [pool]
+  std::string cache_dir; // empty: default_cache_dir()
+  int devices = 1;
+  int compile_workers = 2;
 };
 
 expected<run_config> read_run_config(config_reader& r);

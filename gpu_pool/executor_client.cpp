@@ -33,6 +33,18 @@ executor_client::~executor_client() { stop(); }
 
 status executor_client::start() {
   if (pid_ > 0) return ok();
+  // Exec can fail transiently (the binary is being relinked or replaced: ENOENT / ETXTBSY);
+  // a short retry avoids charging that to a job.
+  status st = start_once();
+  for (int attempt = 1; !st && exec_failed_ && attempt < 3; ++attempt) {
+    usleep(200000 * attempt);
+    st = start_once();
+  }
+  return st;
+}
+
+status executor_client::start_once() {
+  exec_failed_ = false;
   int64_t t0 = monotonic_ms();
 
   std::string root = opts_.scratch_root;
@@ -100,6 +112,11 @@ status executor_client::start() {
     sigprocmask(SIG_SETMASK, &all, nullptr);
     signal(SIGPIPE, SIG_DFL);
     execv(argv[0], argv.data());
+    char msg[] = "kiln executor: exec failed: errno   \n";
+    int e = errno;
+    for (int i = 0; i < 3; ++i, e /= 10) msg[sizeof msg - 3 - i] = static_cast<char>('0' + e % 10);
+    ssize_t ignored = write(2, msg, sizeof msg - 1);
+    (void)ignored;
     _exit(127);
   }
   setpgid(pid, pid); // both sides set it: no race with an early kill
@@ -121,6 +138,7 @@ status executor_client::start() {
   }
   if (!why.empty()) {
     auto ex = kill_and_reap(true);
+    exec_failed_ = !ex.signaled && ex.code == 127;
     return error{"executor failed to start: " + why + (ex.text.empty() ? "" : " (" + ex.text + ")")};
   }
   stats_.last_start_ms = static_cast<double>(monotonic_ms() - t0);

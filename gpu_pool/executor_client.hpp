@@ -61,6 +61,7 @@ private:
     int code = 0; // signal number or exit status
     std::string text; // "signal 11 (SIGSEGV)", "exit code 3"
   };
+  status start_once();
   exit_info kill_and_reap(bool wait_first);
   outcome failure(const job& j, outcome_kind k, std::string message, double device_ms);
 
@@ -71,6 +72,7 @@ private:
   std::optional<executor_hello> hello_;
   executor_stats stats_;
   bool pending_recover_ = false;
+  bool exec_failed_ = false; // the last start died with exit code 127 (exec failed)
   std::mt19937_64 nonce_{std::random_device{}()};
 };
 

@@ -116,6 +116,7 @@ struct buffer_info {
 };
 
 struct gen {
+  explicit gen(const task& task_) : t(task_), value_sym(task_.ops.size()), is_output(task_.ops.size(), false) {}
   const task& t;
   cuda_program prog;
   std::ostringstream kernels;
@@ -908,10 +909,10 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
       << "  const int tid = threadIdx.x;\n"
       << "  const I base = row * " << lit(ng.bm) << ";\n";
     if (ng.segs > 1)
-      o << "  const I s0 = c * SEGS / P, s1 = (c + 1) * SEGS / P, l0 = 0, l1 = LEN;\n";
+      o << "  const I s0 = (I)((long long)c * SEGS / P), s1 = (I)((long long)(c + 1) * SEGS / P), l0 = 0, l1 = LEN;\n";
     else
-      o << "  const I s0 = 0, s1 = 1, l0 = c * (LEN / " << V << ") / P * " << V << ", l1 = (c + 1) * (LEN / " << V
-        << ") / P * " << V << ";\n";
+      o << "  const I s0 = 0, s1 = 1, l0 = (I)((long long)c * (LEN / " << V << ") / P) * " << V
+        << ", l1 = (I)((long long)(c + 1) * (LEN / " << V << ") / P) * " << V << ";\n";
     o << "  const float cnt = (float)((s1 - s0) * (l1 - l0));\n"
       << "  rstate st = {0.f, 0.f, 0};\n"
       << "  for (I sg = s0; sg < s1; ++sg)\n"
@@ -1160,20 +1161,12 @@ void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
   auto& o = kb.body;
   string X = g.rd(kb, op.args[0]);
   o << "  __shared__ rstate sh[32];\n";
-  if (P > 1) {
+  if (P > 1) { // chunk c covers units [c * U / P, (c + 1) * U / P)
     o << "  constexpr int T = " << T << ";\n"
-      << "  const I oi = blockIdx.x / " << P << ", c = blockIdx.x % " << P << ";\n"
-      << "  const int tid = threadIdx.x;\n"
-      << "  const I r0 = c * (" << lit(nred / V) << " / " << P << ") * " << V << " + (c * (" << lit(nred / V) << " % " << P
-      << ") / " << P << ") * " << V << ";\n";
-    // chunk c covers units [c * U / P, (c + 1) * U / P), computed without overflowing U * P
-    o.str("");
-    o << "  __shared__ rstate sh[32];\n"
-      << "  constexpr int T = " << T << ";\n"
       << "  constexpr long long U = " << lit(nred / V) << ", PP = " << P << ";\n"
       << "  const I oi = blockIdx.x / PP, c = blockIdx.x % PP;\n"
       << "  const int tid = threadIdx.x;\n"
-      << "  const I r0 = (I)(c * U / PP) * " << V << ", r1 = (I)((c + 1) * U / PP) * " << V << ";\n";
+      << "  const I r0 = (I)((long long)c * U / PP) * " << V << ", r1 = (I)((long long)(c + 1) * U / PP) * " << V << ";\n";
   } else {
     o << row_header(T, nout) << "  const I oi = row, r0 = 0, r1 = " << lit(nred) << ";\n";
   }
@@ -1403,7 +1396,7 @@ template <int T> __device__ __forceinline__ float kscan(float x, float* sh, floa
 expected<cuda_program> generate_cuda(const task& t, const program& p) {
   if (t.type != dtype::float32) return error{string("cuda backend: dtype ") + to_string(t.type) + " not supported (float32 only)"};
   if (auto st = check_program(p, t); !st) return st.err();
-  gen g{t, {}, {}, {}, std::vector<string>(t.ops.size()), std::vector<bool>(t.ops.size(), false), {}};
+  gen g(t);
   for (const auto& name : t.outputs) {
     auto r = find_value(t, name);
     if (r.k != value_ref::kind::op) return error{"cuda backend: output '" + name + "' is not an op result"};

@@ -856,7 +856,7 @@ TEST_CASE("safe knob variants stay correct") {
   require_correct(norm, variant(norm, [](group& g) { set(g, knob::vec, 4); }));
 }
 
-TEST_CASE("bounds 0 on non-divisible shapes gives wrong results; bounds 1 is correct") {
+TEST_CASE("bounds 0 on non-divisible shapes gives wrong results, bounds 1 correct ones") {
   task ew = make_task(kBinary); // 140 elements: vec 8 leaves a remainder of 4
   auto with_bounds = [&](const task& t, int64_t b) {
     return variant(t, [&](group& g) { set(g, knob::vec, 8), set(g, knob::bounds, b); });

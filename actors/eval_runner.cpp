@@ -1,0 +1,149 @@
+#include "actors/eval_runner.hpp"
+
+#include "data/task_hash.hpp"
+#include "kiln/embedded_config.hpp"
+#include "skills/expert.hpp"
+#include "skills/grammar.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+std::string default_cache_dir() {
+  if (const char* x = std::getenv("KILN_CACHE_DIR")) return x;
+  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::string(x) + "/kiln";
+  if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/kiln";
+  return "/tmp/kiln-cache";
+}
+
+expected<pool_config> make_pool_config(const std::string& backend, const std::string& cache_dir,
+                                       int devices, int compile_workers) {
+  if (backend != "cpu")
+    return error{"backend '" + backend + "': the cuda code generator is not in this build yet (issue #3); use cpu"};
+  pool_config cfg;
+  cfg.backend = backend_kind::cpu;
+  cfg.devices = devices;
+  cfg.compile_workers = compile_workers;
+  std::error_code ec;
+  fs::create_directories(fs::path(cache_dir) / "include", ec);
+  if (!ec) fs::create_directories(fs::path(cache_dir) / "scratch", ec);
+  if (ec) return error{cache_dir + ": cannot create the kernel cache: " + ec.message()};
+  std::ofstream(fs::path(cache_dir) / "include" / "kiln_abi.h") << embedded_kiln_abi_h;
+  cfg.compile.cache_dir = (fs::path(cache_dir) / "kernels").string();
+  cfg.compile.include_dir = (fs::path(cache_dir) / "include").string();
+  cfg.executor.scratch_root = (fs::path(cache_dir) / "scratch").string();
+  // A cpu device is a share of the host's cores: kernels and the eager baseline get the same threads.
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cfg.executor.threads = std::max(1, cores / std::max(1, devices));
+  return cfg;
+}
+
+expected<policy_spec> parse_policy(const std::string& name) {
+  if (name == "expert" || name == "random") return policy_spec{name, name == "random"};
+  if (fs::exists(name))
+    return error{"policy " + name + ": checkpoint policies need the learner's model (issue #5), not in this build"};
+  return error{"policy " + name + ": expected expert, random or a checkpoint file"};
+}
+
+namespace {
+
+job make_job(const task& t, job_kind kind) {
+  job j;
+  j.kind = kind;
+  j.spec = t;
+  j.timeout_s = 120;
+  return j;
+}
+
+eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, uint64_t seed) {
+  eval_row r;
+  r.task = t.name;
+  r.level = t.level;
+  auto base = pool.run(make_job(t, job_kind::baseline));
+  if (base.kind != outcome_kind::correct || !base.time) {
+    r.outcome = "baseline_failed";
+    r.message = base.message;
+    return r;
+  }
+  r.eager_ms = base.time->median_ms;
+  program prog;
+  if (p.random) {
+    std::mt19937_64 rng(seed ^ fnv1a64(t.name));
+    prog = *parse_program(tokens_to_text(sample_program(t, rng))); // masked: always parses
+  } else {
+    prog = expert_program(t, backend_kind::cpu);
+  }
+  r.program = print(prog);
+  auto o = pool.run(make_job(t, job_kind::evaluate), r.program);
+  r.outcome = to_string(o.kind);
+  r.correct = o.kind == outcome_kind::correct && o.time.has_value();
+  if (r.correct) r.kernel_ms = o.time->median_ms;
+  else r.message = o.message.substr(0, 300);
+  return r;
+}
+
+} // namespace
+
+std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>& tasks,
+                                      const policy_spec& p, uint64_t seed, int parallel) {
+  std::vector<eval_row> rows(tasks.size());
+  std::atomic<std::size_t> next{0}, done{0};
+  std::mutex log_mutex;
+  auto worker = [&] {
+    for (std::size_t i; (i = next++) < tasks.size();) {
+      rows[i] = evaluate_task(pool, tasks[i], p, seed);
+      std::size_t n = ++done;
+      std::lock_guard<std::mutex> lock(log_mutex);
+      const auto& r = rows[i];
+      double sp = r.correct && r.kernel_ms > 0 ? r.eager_ms / r.kernel_ms : 0;
+      spdlog::info("[{} {}/{}] {:<44} {:<16} eager {:8.3f} ms  kernel {:8.3f} ms  speedup {:.2f}x", p.name, n,
+                   tasks.size(), r.task, r.outcome, r.eager_ms, r.kernel_ms, sp);
+      if (!r.correct) spdlog::debug("  {}: {}", r.task, r.message);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int w = 0; w < std::max(1, parallel); ++w) threads.emplace_back(worker);
+  for (auto& th : threads) th.join();
+  return rows;
+}
+
+nlohmann::json summary_json(const std::string& policy, const std::string& suite, const std::string& backend,
+                            const std::vector<eval_row>& rows) {
+  nlohmann::json j;
+  j["policy"] = policy;
+  j["suite"] = suite;
+  j["backend"] = backend;
+  j["overall"] = to_json(summarize(rows));
+  std::map<int, std::vector<eval_row>> by_level;
+  for (const auto& r : rows) by_level[r.level].push_back(r);
+  for (const auto& [level, lr] : by_level) j["levels"][std::to_string(level)] = to_json(summarize(lr));
+  j["tasks"] = nlohmann::json::array();
+  for (const auto& r : rows) j["tasks"].push_back(to_json(r));
+  return j;
+}
+
+void print_summary(const nlohmann::json& j) {
+  const auto& o = j["overall"];
+  std::printf("%-8s tasks %d  pass %.1f%%  fast_1 %.1f%%  geomean vs eager %.3fx  (compile baselines: %s)\n",
+              j["policy"].get<std::string>().c_str(), o["tasks"].get<int>(), 100 * o["pass_rate"].get<double>(),
+              100 * o["fast_1_eager"].get<double>(), o["geomean_eager"].get<double>(),
+              o["geomean_compile"].is_string() ? "n/a" : "yes");
+  for (auto& [level, lj] : j["levels"].items())
+    std::printf("  level %s: tasks %d  pass %.1f%%  fast_1 %.1f%%  geomean %.3fx\n", level.c_str(),
+                lj["tasks"].get<int>(), 100 * lj["pass_rate"].get<double>(), 100 * lj["fast_1_eager"].get<double>(),
+                lj["geomean_eager"].get<double>());
+  std::fflush(stdout);
+}
+
+} // namespace kiln

@@ -1,0 +1,40 @@
+// Evaluation of policies over tasks through the pool, shared by `kiln eval` and `kiln run`:
+//   tasks x policy --pool (baseline, then evaluate the policy's program)--> rows --> summary JSON
+#pragma once
+
+#include "data/expected.hpp"
+#include "data/task_spec.hpp"
+#include "gpu_pool/device_pool.hpp"
+#include "rollout/eval_metrics.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+// $KILN_CACHE_DIR, $XDG_CACHE_HOME/kiln, ~/.cache/kiln or /tmp/kiln-cache.
+std::string default_cache_dir();
+
+// A pool for `backend` whose kernel cache, ABI header and executor scratch live under cache_dir.
+expected<pool_config> make_pool_config(const std::string& backend, const std::string& cache_dir,
+                                       int devices, int compile_workers);
+
+struct policy_spec {
+  std::string name; // "expert" | "random"
+  bool random = false;
+};
+// "expert" or "random"; an error naming what else was given (checkpoints need the learner).
+expected<policy_spec> parse_policy(const std::string& name);
+
+// Evaluates every task with `parallel` requests in flight; logs one line per task as it finishes.
+std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>& tasks,
+                                      const policy_spec& p, uint64_t seed, int parallel);
+
+// {"policy", "suite", "backend", "overall": {...}, "levels": {"1": {...}}, "tasks": [...]}
+nlohmann::json summary_json(const std::string& policy, const std::string& suite,
+                            const std::string& backend, const std::vector<eval_row>& rows);
+// Prints the overall and per-level lines of a summary_json to stdout.
+void print_summary(const nlohmann::json& summary);
+
+} // namespace kiln

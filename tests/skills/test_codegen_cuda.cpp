@@ -1,0 +1,265 @@
+// The cuda backend's compile side, without a GPU: every gpu suite task's expert program and a few
+// hundred random masked programs go through generate_cuda -> check_plan -> NVRTC (sm_90), and the
+// plan's kernels must exist in the PTX. Launch and correctness need the device (see the report).
+#include "data/task_check.hpp"
+#include "data/task_parse.hpp"
+#include "data/task_set.hpp"
+#include "skills/codegen_cuda.hpp"
+#include "skills/expert.hpp"
+#include "skills/grammar.hpp"
+#include "skills/launch_plan.hpp"
+#include "skills/nvrtc_compiler.hpp"
+
+#include <doctest/doctest.h>
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <random>
+#include <thread>
+
+using namespace kiln;
+
+namespace {
+
+const task_set& suites() {
+  static const task_set s = load_tasks({KILN_SOURCE_DIR "/data/suites/level1/gpu", KILN_SOURCE_DIR "/data/suites/level2/gpu",
+                                        KILN_SOURCE_DIR "/data/suites/level3/gpu"});
+  return s;
+}
+
+// Every kernel step of the plan names an .entry of the PTX.
+std::string missing_entry(const cuda_program& cp, const std::string& ptx) {
+  for (const auto& s : cp.plan.steps)
+    if (s.k == plan_step::kind::kernel && ptx.find(".entry " + s.kernel.kernel + "(") == std::string::npos)
+      return s.kernel.kernel;
+  return "";
+}
+
+struct outcome {
+  enum class stage { generate, plan, compile, ok } at = stage::generate;
+  std::string message;
+};
+
+outcome build(const task& t, const program& p) {
+  outcome r;
+  auto cp = generate_cuda(t, p);
+  if (!cp) {
+    r.message = cp.message();
+    return r;
+  }
+  r.at = outcome::stage::plan;
+  if (auto st = check_plan(cp->plan); !st) {
+    r.message = st.message();
+    return r;
+  }
+  auto back = plan_from_json(to_json(cp->plan));
+  if (!back || to_json(*back) != to_json(cp->plan)) {
+    r.message = "plan does not survive its JSON round trip";
+    return r;
+  }
+  r.at = outcome::stage::compile;
+  nvrtc_options o;
+  o.fast_math = cp->fast_math;
+  auto art = compile_nvrtc(cp->source, o);
+  if (!art) {
+    r.message = art.message();
+    return r;
+  }
+  if (auto k = missing_entry(*cp, art->ptx); !k.empty()) {
+    r.message = "kernel " + k + " is not in the PTX";
+    return r;
+  }
+  r.at = outcome::stage::ok;
+  return r;
+}
+
+// Runs f(i) for i in [0, n) on two threads (NVRTC is thread-safe; the machine has two cores).
+template <class F> void parallel(std::size_t n, F f) {
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i; (i = next++) < n;) f(i);
+  };
+  std::thread a(work);
+  work();
+  a.join();
+}
+
+void check_suite_level(int level) {
+  std::vector<const task*> tasks;
+  for (const auto& t : suites().tasks)
+    if (t.level == level) tasks.push_back(&t);
+  std::vector<outcome> results(tasks.size());
+  parallel(tasks.size(), [&](std::size_t i) { results[i] = build(*tasks[i], expert_program(*tasks[i], backend_kind::cuda)); });
+  int good = 0;
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    CHECK_MESSAGE(results[i].at == outcome::stage::ok, tasks[i]->name << ": " << results[i].message);
+    good += results[i].at == outcome::stage::ok;
+  }
+  MESSAGE("level " << level << ": " << good << " / " << tasks.size() << " expert programs generate, plan and compile for sm_90");
+  CHECK(!tasks.empty());
+}
+
+task make_task(const std::string& body) {
+  auto t = task_from_toml("level = 1\n" + body, "inline.toml");
+  REQUIRE_MESSAGE(t.has_value(), (t ? "" : t.message()));
+  auto st = check_task(*t);
+  REQUIRE_MESSAGE(st.has_value(), (st ? "" : st.message()));
+  return *t;
+}
+
+} // namespace
+
+TEST_CASE("the suites load") {
+  CHECK(suites().errors.empty());
+  CHECK(suites().tasks.size() > 100);
+}
+
+TEST_CASE("expert programs compile on the level 1 gpu suite") { check_suite_level(1); }
+TEST_CASE("expert programs compile on the level 2 gpu suite") { check_suite_level(2); }
+TEST_CASE("expert programs compile on the level 3 gpu suite") { check_suite_level(3); }
+
+TEST_CASE("random masked programs never crash the generator") {
+  const auto& ts = suites().tasks;
+  REQUIRE(!ts.empty());
+  constexpr std::size_t n = 300;
+  std::vector<std::pair<const task*, program>> progs;
+  std::mt19937_64 rng(20260417);
+  for (std::size_t i = 0; i < n; ++i) {
+    const task& t = ts[rng() % ts.size()];
+    auto p = parse_program(tokens_to_text(sample_program(t, rng)));
+    REQUIRE_MESSAGE(p.has_value(), t.name);
+    progs.emplace_back(&t, *p);
+  }
+  std::vector<outcome> results(n);
+  parallel(n, [&](std::size_t i) { results[i] = build(*progs[i].first, progs[i].second); });
+  int generated = 0, compiled = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& r = results[i];
+    if (r.at != outcome::stage::generate) ++generated;
+    if (r.at == outcome::stage::ok) ++compiled;
+    // A checked program must always generate and plan; only resource limits may stop NVRTC.
+    CHECK_MESSAGE(r.at != outcome::stage::generate, progs[i].first->name << " [" << print(progs[i].second) << "]: " << r.message);
+    CHECK_MESSAGE(r.at != outcome::stage::plan, progs[i].first->name << " [" << print(progs[i].second) << "]: " << r.message);
+    if (r.at == outcome::stage::compile)
+      MESSAGE("compile failed: " << progs[i].first->name << " [" << print(progs[i].second) << "]: " << r.message.substr(0, 600));
+  }
+  MESSAGE(n << " random programs: " << generated << " generated (" << 100.0 * generated / n << "%), " << compiled
+            << " compiled (" << 100.0 * compiled / n << "%)");
+}
+
+TEST_CASE("non-float32 tasks are refused with the dtype named") {
+  task t = make_task(R"(
+name = "half_relu"
+dtype = "float16"
+outputs = ["y"]
+[[inputs]]
+name = "x"
+shape = [4, 8]
+[[ops]]
+out = "y"
+op = "relu"
+args = ["x"]
+)");
+  auto cp = generate_cuda(t, expert_program(t, backend_kind::cuda));
+  REQUIRE(!cp);
+  CHECK(cp.message().find("float16") != std::string::npos);
+}
+
+TEST_CASE("plans: views, repeated outputs and int64 results") {
+  task t = make_task(R"(
+name = "mixed"
+dtype = "float32"
+outputs = ["r", "m", "m", "s"]
+[[inputs]]
+name = "x"
+shape = [6, 10]
+[[ops]]
+out = "v"
+op = "reshape"
+args = ["x"]
+attrs = { shape = [10, 6] }
+[[ops]]
+out = "r"
+op = "relu"
+args = ["v"]
+[[ops]]
+out = "m"
+op = "argmax"
+args = ["r"]
+attrs = { dim = 1 }
+[[ops]]
+out = "s"
+op = "softmax"
+args = ["r"]
+attrs = { dim = 0 }
+)");
+  auto cp = generate_cuda(t, expert_program(t, backend_kind::cuda));
+  REQUIRE_MESSAGE(cp.has_value(), (cp ? "" : cp.message()));
+  CHECK(check_plan(cp->plan).has_value());
+  CHECK(cp->plan.output_bytes == std::vector<int64_t>{240, 80, 80, 240});
+  auto art = compile_nvrtc(cp->source);
+  REQUIRE_MESSAGE(art.has_value(), (art ? "" : art.message()));
+  CHECK(missing_entry(*cp, art->ptx).empty());
+  // The reshape is a view: the relu reads input 0 directly.
+  CHECK(cp->plan.steps.front().kernel.args.at(1).buffer == buffer_ref{buffer_kind::input, 0});
+}
+
+TEST_CASE("check_plan rejects broken plans") {
+  launch_plan p;
+  p.num_inputs = 1;
+  p.num_outputs = 1;
+  p.output_bytes = {16};
+  plan_step s;
+  s.kernel.kernel = "k";
+  s.kernel.block.x = 256;
+  kernel_arg in, out;
+  in.buffer = {buffer_kind::input, 0};
+  out.buffer = {buffer_kind::output, 0};
+  out.mode = access::write;
+  s.kernel.args = {out, in};
+  p.steps = {s};
+  CHECK(check_plan(p).has_value());
+  auto bad = p;
+  bad.steps[0].kernel.block.x = 2048;
+  CHECK(!check_plan(bad));
+  bad = p;
+  bad.steps[0].kernel.args[1].buffer.index = 3;
+  CHECK(!check_plan(bad));
+  bad = p;
+  bad.steps[0].kernel.args[0].mode = access::read;
+  CHECK(!check_plan(bad)); // nothing writes the output
+  bad = p;
+  bad.steps[0].kernel.shared_bytes = 300 * 1024;
+  CHECK(!check_plan(bad));
+  bad = p;
+  bad.scratch_bytes = {64};
+  bad.steps[0].kernel.args[1].buffer = {buffer_kind::scratch, 0};
+  CHECK(!check_plan(bad)); // scratch read before written
+  CHECK(!plan_from_json("{"));
+  CHECK(!plan_from_json(R"({"version": 1})"));
+  auto r = plan_from_json(R"({"version":1,"num_inputs":0,"num_params":0,"num_outputs":0,"output_bytes":[],
+    "scratch_bytes":[],"steps":[{"kernel":{"name":"k","grid":[1,1,1],"block":[32,1,1],"shared_bytes":0,
+    "args":[{"buffer":{"kind":"weird","index":0},"access":"read"}]}}]})");
+  REQUIRE(!r);
+  CHECK(r.message().find("steps[0].kernel.args[0].buffer.kind") != std::string::npos);
+}
+
+TEST_CASE("nvrtc: errors carry the log; the cache answers the second time") {
+  auto bad = compile_nvrtc("extern \"C\" __global__ void k(float* p) { p[0] = undefined_thing; }\n");
+  REQUIRE(!bad);
+  CHECK(bad.message().find("undefined_thing") != std::string::npos);
+  const std::string src = "extern \"C\" __global__ void k(float* p) { p[threadIdx.x] = 1.f; }\n";
+  auto a = compile_nvrtc(src);
+  REQUIRE(a.has_value());
+  CHECK(!a->cubin.empty());
+  auto b = compile_nvrtc(src);
+  REQUIRE(b.has_value());
+  CHECK(b->cache_hit);
+  CHECK(b->key == a->key);
+  nvrtc_options fast;
+  fast.fast_math = true;
+  auto c = compile_nvrtc(src, fast);
+  REQUIRE(c.has_value());
+  CHECK(c->key != a->key);
+  CHECK(!nvrtc_version().empty());
+}
