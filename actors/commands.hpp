@@ -62,6 +62,21 @@ struct eval_args {
 };
 int cmd_eval(const common_args& common, const eval_args& args);
 
+struct bench_args {
+  std::string what = "pool"; // pool (rollout, learner: later)
+  bool json = false;          // one JSON object on stdout
+  std::vector<std::string> suites;
+  std::string backend = "cpu";
+  std::string cache_dir;
+  uint64_t seed = 1;
+  int devices = 1;
+  int compile_workers = 2;
+  int compiles = 24; // distinct random programs for compile latency
+  int jobs = 200;    // verify jobs at saturation
+  int in_flight = 8;
+};
+int cmd_bench(const common_args& common, const bench_args& args);
+
 // Applies the thread count to LibTorch's intra-op pool (0 = hardware cores); returns it.
 int configure_threads(int threads);
 

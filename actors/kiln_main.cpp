@@ -46,6 +46,19 @@ int main(int argc, char** argv) {
   ev->add_option("--parallel", eval.parallel, "tasks in flight")->capture_default_str();
   ev->add_option("--max-tasks", eval.max_tasks, "evaluate only the first N tasks (0 = all)");
 
+  kiln::bench_args bench;
+  auto* be = app.add_subcommand("bench", "throughput figures: pool");
+  be->add_option("what", bench.what, "pool")->required();
+  be->add_flag("--json", bench.json, "print one JSON object");
+  be->add_option("--suite", bench.suites, "tasks to run (default: data/suites/level1/cpu)");
+  be->add_option("--backend", bench.backend, "cpu or cuda")->capture_default_str();
+  be->add_option("--cache-dir", bench.cache_dir, "kernel cache (default ~/.cache/kiln)");
+  be->add_option("--devices", bench.devices, "device actors")->capture_default_str();
+  be->add_option("--compile-workers", bench.compile_workers, "parallel compiles")->capture_default_str();
+  be->add_option("--compiles", bench.compiles, "distinct programs compiled cold")->capture_default_str();
+  be->add_option("--jobs", bench.jobs, "verify jobs at saturation")->capture_default_str();
+  be->add_option("--in-flight", bench.in_flight, "requests in flight")->capture_default_str();
+
   kiln::synth_args synth;
   auto* syn = app.add_subcommand("synth", "synthesize a training dataset of fused tasks (JSON Lines)");
   syn->add_option("--out", synth.out, "output .jsonl")->required();
@@ -84,6 +97,10 @@ int main(int argc, char** argv) {
   if (*val) return kiln::cmd_tasks_validate(common, validate);
   if (*syn) return kiln::cmd_synth(common, synth);
   if (*ev) return kiln::cmd_eval(common, eval);
+  if (*be) {
+    if (bench.suites.empty()) bench.suites = {KILN_SOURCE_DIR "/data/suites/level1/cpu"};
+    return kiln::cmd_bench(common, bench);
+  }
   if (*exe) return kiln::executor_main(exec);
   return 2;
 }

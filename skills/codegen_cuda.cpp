@@ -590,7 +590,7 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
     g.use(rk, part, false);
     s << "      kld<" << v << ">(" << part << " + i, r);\n"
       << "      for (int sk = 1; sk < " << SK << "; ++sk) {\n"
-      << "        float p[" << v << "];\n        kld<" << v << ">(" << part << " + sk * " << lit(total) << " + i, p);\n"
+      << "        float p[" << v << "];\n        kld<" << v << ">(" << part << " + (I)sk * " << lit(total) << " + i, p);\n"
       << "#pragma unroll\n        for (int l = 0; l < " << v << "; ++l) r[l] += p[l];\n      }\n";
     if (!d.bias.empty())
       s << "#pragma unroll\n      for (int l = 0; l < " << v << "; ++l) r[l] += " << g.rd(rk, d.bias) << "[(i + l) % " << d.n << "];\n";

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace kiln;
@@ -116,9 +117,35 @@ job make_job(job_kind kind, const artifact_ref& a, double timeout_s = 30) {
   return j;
 }
 
+// A private copy of the kiln binary: on a shared build machine other builds relink build/kiln while
+// tests run (exec then fails with EACCES / ETXTBSY). Copied once it has been stable for a second.
+std::string kiln_copy() {
+  static std::string path = [] {
+    fs::path src = KILN_BINARY;
+    fs::path dst = fs::path(cache_dir()) / ("kiln." + std::to_string(getpid()));
+    for (int i = 0; i < 600; ++i) {
+      std::error_code ec;
+      auto t = fs::last_write_time(src, ec);
+      auto age = fs::file_time_type::clock::now() - t;
+      if (!ec && access(src.c_str(), X_OK) == 0 && age > std::chrono::seconds(1)) {
+        auto size = fs::file_size(src, ec);
+        fs::copy_file(src, dst, fs::copy_options::overwrite_existing, ec);
+        if (!ec && fs::last_write_time(src) == t && fs::file_size(dst) == size) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    static struct remover {
+      fs::path p;
+      ~remover() { std::error_code ec; fs::remove(p, ec); }
+    } r{dst};
+    return dst.string();
+  }();
+  return path;
+}
+
 executor_options test_options() {
   executor_options o;
-  o.kiln_path = KILN_BINARY;
+  o.kiln_path = kiln_copy();
   o.threads = 1;
   return o;
 }

@@ -1,0 +1,180 @@
+// kiln bench pool: throughput and honesty figures of the device pool, measured end to end through
+// the actors (codegen -> compile workers -> device actor -> sandboxed executor).
+#include "actors/actor_system_setup.hpp"
+#include "actors/commands.hpp"
+#include "actors/eval_runner.hpp"
+#include "data/task_set.hpp"
+#include "gpu_pool/executor_client.hpp"
+#include "skills/expert.hpp"
+#include "skills/grammar.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+namespace kiln {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
+job bench_job(const task& t, job_kind k, int checks) {
+  job j;
+  j.kind = k;
+  j.spec = t;
+  j.timeout_s = 60;
+  j.verify.checks = checks;
+  return j;
+}
+
+// A kernel that dereferences null: the executor dies with SIGSEGV.
+const char* kSegfault = R"(#include "kiln_abi.h"
+extern "C" const int kiln_abi_version = KILN_ABI_VERSION;
+extern "C" int kiln_run(const kiln_host*, const void* const*, const void* const*, void* const* out) {
+  volatile float* p = nullptr; *p = 1.0f; ((float*)out[0])[0] = 0; return 0;
+})";
+
+} // namespace
+
+int cmd_bench(const common_args& common, const bench_args& args) {
+  if (args.what != "pool") {
+    spdlog::error("kiln bench {}: not in this build yet (pool is)", args.what);
+    return 2;
+  }
+  auto set = load_tasks(args.suites);
+  for (const auto& e : set.errors) spdlog::error("{}", e.message);
+  if (set.tasks.empty()) {
+    spdlog::error("bench pool: no tasks");
+    return 2;
+  }
+  auto cache = args.cache_dir.empty() ? default_cache_dir() : args.cache_dir;
+  auto cfg = make_pool_config(args.backend, cache, args.devices, args.compile_workers);
+  if (!cfg) {
+    spdlog::error("{}", cfg.message());
+    return 2;
+  }
+  caf::actor_system_config sys_cfg;
+  configure_actor_system(sys_cfg, {common.threads, "sharing"});
+  caf::actor_system sys{sys_cfg};
+  nlohmann::json out = {{"backend", args.backend}, {"devices", args.devices}, {"compile_workers", args.compile_workers}};
+
+  // 1. Compile latency: distinct random programs, each compiled once (cold), through the workers.
+  {
+    pool_handle pool(sys, *cfg);
+    std::mt19937_64 rng(args.seed);
+    std::vector<double> compile_ms;
+    int compile_errors = 0;
+    auto t0 = clock_type::now();
+    for (int i = 0; i < args.compiles; ++i) {
+      const task& t = set.tasks[static_cast<std::size_t>(i) % set.tasks.size()];
+      auto prog = tokens_to_text(sample_program(t, rng));
+      auto o = pool.run(bench_job(t, job_kind::verify, 1), prog);
+      if (o.kind == outcome_kind::compile_error) ++compile_errors;
+      else if (o.compile_ms > 0) compile_ms.push_back(o.compile_ms);
+    }
+    out["compile_ms_p50"] = percentile(compile_ms, 0.5);
+    out["compile_ms_p90"] = percentile(compile_ms, 0.9);
+    out["compiles_measured"] = compile_ms.size();
+    out["compile_errors"] = compile_errors;
+    spdlog::info("compile: {} programs, p50 {:.0f} ms ({:.1f} s)", compile_ms.size(), percentile(compile_ms, 0.5),
+                 seconds_since(t0));
+  }
+  // 2. Saturation: many verify jobs in flight on cached expert programs; jobs/s and busy share.
+  {
+    pool_handle pool(sys, *cfg);
+    std::vector<std::string> programs;
+    for (const auto& t : set.tasks) programs.push_back(print(expert_program(t, backend_kind::cpu)));
+    for (std::size_t i = 0; i < set.tasks.size(); ++i) // warm the compile cache
+      pool.run(bench_job(set.tasks[i], job_kind::verify, 1), programs[i]);
+    pool_handle fresh(sys, *cfg); // fresh counters; the disk cache stays warm
+    std::atomic<int> next{0};
+    auto t0 = clock_type::now();
+    std::vector<std::thread> threads;
+    for (int w = 0; w < args.in_flight; ++w)
+      threads.emplace_back([&] {
+        for (int i; (i = next++) < args.jobs;) {
+          auto k = static_cast<std::size_t>(i) % set.tasks.size();
+          fresh.run(bench_job(set.tasks[k], job_kind::verify, 1), programs[k]);
+        }
+      });
+    for (auto& th : threads) th.join();
+    double secs = seconds_since(t0);
+    auto stats = nlohmann::json::parse(fresh.stats());
+    double busy = 0;
+    for (const auto& d : stats["devices"]) busy += d["busy_share"].get<double>();
+    out["jobs"] = args.jobs;
+    out["jobs_per_s"] = args.jobs / secs;
+    out["device_busy_share"] = stats["devices"].empty() ? 0.0 : busy / static_cast<double>(stats["devices"].size());
+    out["cache_hit_rate"] = stats["cache_hit_rate"];
+    spdlog::info("saturation: {} jobs in {:.1f} s = {:.2f} jobs/s, busy share {:.3f}", args.jobs, secs,
+                 args.jobs / secs, out["device_busy_share"].get<double>());
+  }
+  // 3. Timing stability: the same kernel re-measured 20 times; CV of the reported medians.
+  {
+    pool_handle pool(sys, *cfg);
+    const task* pick = &set.tasks.front();
+    for (const auto& t : set.tasks) // the slowest-eager task: the >= 100 us regime
+      if (t.ops.size() >= pick->ops.size()) pick = &t;
+    auto prog = print(expert_program(*pick, backend_kind::cpu));
+    std::vector<double> medians;
+    for (int i = 0; i < 20; ++i) {
+      auto o = pool.run(bench_job(*pick, job_kind::time, 1), prog);
+      if (o.kind == outcome_kind::correct && o.time) medians.push_back(o.time->median_ms);
+    }
+    double mean = 0, var = 0;
+    for (double m : medians) mean += m;
+    mean /= std::max<std::size_t>(1, medians.size());
+    for (double m : medians) var += (m - mean) * (m - mean);
+    double cv = medians.size() > 1 ? std::sqrt(var / static_cast<double>(medians.size() - 1)) / mean : 0.0;
+    out["timing_cv"] = cv;
+    out["timing_task"] = pick->name;
+    out["timing_median_ms"] = percentile(medians, 0.5);
+    spdlog::info("timing: {} re-measured {} times, median {:.3f} ms, CV of medians {:.4f}", pick->name,
+                 medians.size(), percentile(medians, 0.5), cv);
+  }
+  // 4. Recovery: a crashing kernel kills the executor; time until the next job is served.
+  {
+    executor_client client(cfg->executor);
+    auto seg = compile_cpu(kSegfault, cfg->compile);
+    const task& t = set.tasks.front();
+    auto good_prog = expert_program(t, backend_kind::cpu);
+    if (!seg) {
+      spdlog::error("bench: the crash kernel did not compile: {}", seg.message());
+      return 1;
+    }
+    std::vector<double> recover;
+    for (int i = 0; i < 5; ++i) {
+      job crash = bench_job(t, job_kind::verify, 1);
+      crash.artifact.path = seg->so_path;
+      auto o = client.run(crash);
+      if (o.kind != outcome_kind::runtime_error) spdlog::warn("crash kernel gave {}", to_string(o.kind));
+      recover.push_back(client.stats().last_recover_ms);
+      client.start(); // the replacement executor: counted in last_recover_ms
+      recover.back() = client.stats().last_recover_ms;
+    }
+    out["recover_ms"] = percentile(recover, 0.5);
+    spdlog::info("recovery after a crash: median {:.0f} ms", percentile(recover, 0.5));
+  }
+  std::printf("%s\n", out.dump(args.json ? -1 : 2).c_str());
+  return 0;
+}
+
+} // namespace kiln
