@@ -68,6 +68,7 @@ struct job_runner::impl {
     kernel_call call = [p](const std::vector<const void*>& in, const std::vector<const void*>& par,
                            const std::vector<void*>& out) { return p->run(in, par, out); };
     if (j.kind == job_kind::time) return time_cpu_kernel(t, ps, call, j.timing, flusher);
+    if (j.verify.checks < 1) return failed("verify.checks must be at least 1"); // else nothing is checked
     auto v = verify_cpu(t, ps, call, j.verify);
     if (j.kind == job_kind::verify || v.kind != outcome_kind::correct) return v;
     auto tm = time_cpu_kernel(t, ps, call, j.timing, flusher);

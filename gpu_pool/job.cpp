@@ -245,7 +245,7 @@ expected<job> decode_job(const std::string& bytes) {
     j.timeout_s = m.f64("timeout_s");
     j.queue_ms = m.f64("queue_ms");
     // Ranges: a job must not be able to make the executor loop forever or allocate wildly.
-    if (j.verify.checks < 0 || j.verify.checks > 100) m.fail("verify.checks out of range [0, 100]");
+    if (j.verify.checks < 1 || j.verify.checks > 100) m.fail("verify.checks out of range [1, 100]");
     if (j.timing.warmup < 0 || j.timing.warmup > 100) m.fail("timing.warmup out of range [0, 100]");
     if (j.timing.min_trials < 1 || j.timing.max_trials < j.timing.min_trials || j.timing.max_trials > 100000)
       m.fail("timing trials out of range (1 <= min_trials <= max_trials <= 100000)");

@@ -29,7 +29,7 @@ struct artifact_ref {
 };
 
 struct verify_options {
-  int checks = 5;                 // fresh inputs from an unpredictable seed for each
+  int checks = 5;                 // 1..100; fresh inputs from an unpredictable seed for each
   bool check_determinism = true;  // a second run on the same inputs must agree
 };
 
