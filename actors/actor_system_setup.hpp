@@ -9,11 +9,12 @@
 namespace kiln {
 
 struct actor_settings {
-  int threads = 0;                    // 0 = hardware cores
-  std::string policy = "sharing";     // 'sharing' | 'stealing'
+  int threads = 0;                // 0 = hardware cores
+  std::string policy = "sharing"; // 'sharing' | 'stealing'
 };
 
-// Fills `cfg` with the settings (scheduler.max-threads, scheduler.policy); returns the threads used.
+// Fills `cfg` with the settings (scheduler.max-threads, scheduler.policy); returns the threads
+// used.
 int configure_actor_system(caf::actor_system_config& cfg, const actor_settings& s);
 
 } // namespace kiln

@@ -74,7 +74,9 @@ int cmd_bench(const common_args& common, const bench_args& args) {
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, {common.threads, "sharing"});
   caf::actor_system sys{sys_cfg};
-  nlohmann::json out = {{"backend", args.backend}, {"devices", args.devices}, {"compile_workers", args.compile_workers}};
+  nlohmann::json out = {{"backend", args.backend},
+                        {"devices", args.devices},
+                        {"compile_workers", args.compile_workers}};
 
   // 1. Compile latency: distinct random programs, each compiled once (cold), through the workers.
   {
@@ -87,15 +89,17 @@ int cmd_bench(const common_args& common, const bench_args& args) {
       const task& t = set.tasks[static_cast<std::size_t>(i) % set.tasks.size()];
       auto prog = tokens_to_text(sample_program(t, rng));
       auto o = pool.run(bench_job(t, job_kind::verify, 1), prog);
-      if (o.kind == outcome_kind::compile_error) ++compile_errors;
-      else if (o.compile_ms > 0) compile_ms.push_back(o.compile_ms);
+      if (o.kind == outcome_kind::compile_error)
+        ++compile_errors;
+      else if (o.compile_ms > 0)
+        compile_ms.push_back(o.compile_ms);
     }
     out["compile_ms_p50"] = percentile(compile_ms, 0.5);
     out["compile_ms_p90"] = percentile(compile_ms, 0.9);
     out["compiles_measured"] = compile_ms.size();
     out["compile_errors"] = compile_errors;
-    spdlog::info("compile: {} programs, p50 {:.0f} ms ({:.1f} s)", compile_ms.size(), percentile(compile_ms, 0.5),
-                 seconds_since(t0));
+    spdlog::info("compile: {} programs, p50 {:.0f} ms ({:.1f} s)", compile_ms.size(),
+                 percentile(compile_ms, 0.5), seconds_since(t0));
   }
   // 2. Saturation: many verify jobs in flight on cached expert programs; jobs/s and busy share.
   {
@@ -122,10 +126,11 @@ int cmd_bench(const common_args& common, const bench_args& args) {
     for (const auto& d : stats["devices"]) busy += d["busy_share"].get<double>();
     out["jobs"] = args.jobs;
     out["jobs_per_s"] = args.jobs / secs;
-    out["device_busy_share"] = stats["devices"].empty() ? 0.0 : busy / static_cast<double>(stats["devices"].size());
+    out["device_busy_share"] =
+        stats["devices"].empty() ? 0.0 : busy / static_cast<double>(stats["devices"].size());
     out["cache_hit_rate"] = stats["cache_hit_rate"];
-    spdlog::info("saturation: {} jobs in {:.1f} s = {:.2f} jobs/s, busy share {:.3f}", args.jobs, secs,
-                 args.jobs / secs, out["device_busy_share"].get<double>());
+    spdlog::info("saturation: {} jobs in {:.1f} s = {:.2f} jobs/s, busy share {:.3f}", args.jobs,
+                 secs, args.jobs / secs, out["device_busy_share"].get<double>());
   }
   // 3. Timing stability: the same kernel re-measured 20 times; CV of the reported medians.
   {
@@ -143,12 +148,13 @@ int cmd_bench(const common_args& common, const bench_args& args) {
     for (double m : medians) mean += m;
     mean /= std::max<std::size_t>(1, medians.size());
     for (double m : medians) var += (m - mean) * (m - mean);
-    double cv = medians.size() > 1 ? std::sqrt(var / static_cast<double>(medians.size() - 1)) / mean : 0.0;
+    double cv =
+        medians.size() > 1 ? std::sqrt(var / static_cast<double>(medians.size() - 1)) / mean : 0.0;
     out["timing_cv"] = cv;
     out["timing_task"] = pick->name;
     out["timing_median_ms"] = percentile(medians, 0.5);
-    spdlog::info("timing: {} re-measured {} times, median {:.3f} ms, CV of medians {:.4f}", pick->name,
-                 medians.size(), percentile(medians, 0.5), cv);
+    spdlog::info("timing: {} re-measured {} times, median {:.3f} ms, CV of medians {:.4f}",
+                 pick->name, medians.size(), percentile(medians, 0.5), cv);
   }
   // 4. Recovery: a crashing kernel kills the executor; time until the next job is served.
   {
@@ -165,7 +171,8 @@ int cmd_bench(const common_args& common, const bench_args& args) {
       job crash = bench_job(t, job_kind::verify, 1);
       crash.artifact.path = seg->so_path;
       auto o = client.run(crash);
-      if (o.kind != outcome_kind::runtime_error) spdlog::warn("crash kernel gave {}", to_string(o.kind));
+      if (o.kind != outcome_kind::runtime_error)
+        spdlog::warn("crash kernel gave {}", to_string(o.kind));
       recover.push_back(client.stats().last_recover_ms);
       client.start(); // the replacement executor: counted in last_recover_ms
       recover.back() = client.stats().last_recover_ms;

@@ -32,8 +32,9 @@ int cmd_eval(const common_args& common, const eval_args& args) {
   }
   if (args.max_tasks > 0 && static_cast<int64_t>(set.tasks.size()) > args.max_tasks)
     set.tasks.resize(static_cast<std::size_t>(args.max_tasks));
-  auto cfg = make_pool_config(args.backend, args.cache_dir.empty() ? default_cache_dir() : args.cache_dir,
-                              args.devices, args.compile_workers);
+  auto cfg =
+      make_pool_config(args.backend, args.cache_dir.empty() ? default_cache_dir() : args.cache_dir,
+                       args.devices, args.compile_workers);
   if (!cfg) {
     spdlog::error("--backend: {}", cfg.message());
     return 2;

@@ -37,7 +37,8 @@ expected<std::string> make_run_dir(const run_config& c) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
   fs::path dir = fs::path(c.out_dir) / (c.name + "-" + stamp);
-  for (int i = 2; fs::exists(dir); ++i) dir = fs::path(c.out_dir) / (c.name + "-" + stamp + "-" + std::to_string(i));
+  for (int i = 2; fs::exists(dir); ++i)
+    dir = fs::path(c.out_dir) / (c.name + "-" + stamp + "-" + std::to_string(i));
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return error{dir.string() + ": cannot create run directory: " + ec.message()};
@@ -57,17 +58,20 @@ expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args
   for (const auto& e : set.errors) spdlog::error("{}", e.message);
   if (cfg.eval_max_tasks > 0 && static_cast<int64_t>(set.tasks.size()) > cfg.eval_max_tasks)
     set.tasks.resize(static_cast<std::size_t>(cfg.eval_max_tasks));
-  auto pool_cfg = make_pool_config(cfg.backend, cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir,
-                                   cfg.devices, cfg.compile_workers);
+  auto pool_cfg =
+      make_pool_config(cfg.backend, cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir,
+                       cfg.devices, cfg.compile_workers);
   if (!pool_cfg) return error{cfg.origin + ": " + pool_cfg.message()};
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, {common.threads > 0 ? common.threads : cfg.threads, "sharing"});
   caf::actor_system sys{sys_cfg};
   pool_handle pool(sys, *pool_cfg);
-  spdlog::info("evaluating {} policies on {} tasks through the pool", policies.size(), set.tasks.size());
+  spdlog::info("evaluating {} policies on {} tasks through the pool", policies.size(),
+               set.tasks.size());
   nlohmann::json all = nlohmann::json::array(), overall = nlohmann::json::object();
   for (const auto& p : policies) {
-    auto rows = evaluate_policy(pool, set.tasks, p, cfg.eval_seed, cfg.compile_workers + cfg.devices);
+    auto rows =
+        evaluate_policy(pool, set.tasks, p, cfg.eval_seed, cfg.compile_workers + cfg.devices);
     all.push_back(summary_json(p.name, "", cfg.backend, rows));
     print_summary(all.back());
     overall[p.name] = all.back()["overall"];
@@ -132,9 +136,9 @@ int cmd_run(const common_args& common, const run_args& args) {
   std::size_t total = set.tasks.size() + set.errors.size();
   table.summary(total, bad, cfg->backend);
 
-  nlohmann::json summary = {{"name", cfg->name},       {"config", cfg->origin},
-                            {"backend", cfg->backend}, {"tasks", total},
-                            {"bad", bad},              {"threads", threads}};
+  nlohmann::json summary = {
+      {"name", cfg->name}, {"config", cfg->origin}, {"backend", cfg->backend}, {"tasks", total},
+      {"bad", bad},        {"threads", threads}};
   if (!cfg->eval_policies.empty()) {
     auto evaluated = run_evaluation(*cfg, common, *run_dir);
     if (!evaluated) {

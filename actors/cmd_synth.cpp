@@ -25,13 +25,16 @@ double seconds_since(steady::time_point t0) {
 }
 
 void print_summary(const synth_stats& s, bool ran) {
-  spdlog::info("synth: {} tasks from {} candidates in {:.1f} s: {:.1f} tasks/s, {:.1f} candidates/s",
-               s.accepted, s.candidates, s.seconds, s.seconds > 0 ? s.accepted / s.seconds : 0.0,
-               s.seconds > 0 ? s.candidates / s.seconds : 0.0);
+  spdlog::info(
+      "synth: {} tasks from {} candidates in {:.1f} s: {:.1f} tasks/s, {:.1f} candidates/s",
+      s.accepted, s.candidates, s.seconds, s.seconds > 0 ? s.accepted / s.seconds : 0.0,
+      s.seconds > 0 ? s.candidates / s.seconds : 0.0);
   spdlog::info("  rejected {}: {}", s.rejected_total(), s.rejections_line());
   std::string len, lvl;
-  for (const auto& [k, v] : s.by_length) len += (len.empty() ? "" : ", ") + std::to_string(k) + ": " + std::to_string(v);
-  for (const auto& [k, v] : s.by_level) lvl += (lvl.empty() ? "" : ", ") + std::to_string(k) + ": " + std::to_string(v);
+  for (const auto& [k, v] : s.by_length)
+    len += (len.empty() ? "" : ", ") + std::to_string(k) + ": " + std::to_string(v);
+  for (const auto& [k, v] : s.by_level)
+    lvl += (lvl.empty() ? "" : ", ") + std::to_string(k) + ": " + std::to_string(v);
   spdlog::info("  by length (ops) {{{}}}, by level {{{}}}", len, lvl);
   std::vector<std::pair<int64_t, std::string>> ops;
   for (const auto& [k, v] : s.by_op) ops.emplace_back(-v, k);
@@ -42,9 +45,9 @@ void print_summary(const synth_stats& s, bool ran) {
   if (ran) {
     auto j = s.to_json();
     if (j.contains("eager_ms"))
-      spdlog::info("  eager ms: p10 {:.3f}, median {:.3f}, p90 {:.3f}, max {:.3f}", j["eager_ms"]["p10"].get<double>(),
-                   j["eager_ms"]["median"].get<double>(), j["eager_ms"]["p90"].get<double>(),
-                   j["eager_ms"]["max"].get<double>());
+      spdlog::info("  eager ms: p10 {:.3f}, median {:.3f}, p90 {:.3f}, max {:.3f}",
+                   j["eager_ms"]["p10"].get<double>(), j["eager_ms"]["median"].get<double>(),
+                   j["eager_ms"]["p90"].get<double>(), j["eager_ms"]["max"].get<double>());
   }
 }
 
@@ -52,9 +55,10 @@ void print_summary(const synth_stats& s, bool ran) {
 
 int cmd_synth(const common_args& common, const synth_args& args) {
   configure_threads(common.threads);
-  if (args.out.empty() || args.count < 1 || args.max_ops < 1 || args.max_ops > 8 || args.min_ms < 0 ||
-      (args.max_ms > 0 && args.max_ms <= args.min_ms)) {
-    spdlog::error("synth: need --out, --count >= 1, --max-ops in 1..8 and 0 <= --min-ms < --max-ms");
+  if (args.out.empty() || args.count < 1 || args.max_ops < 1 || args.max_ops > 8 ||
+      args.min_ms < 0 || (args.max_ms > 0 && args.max_ms <= args.min_ms)) {
+    spdlog::error(
+        "synth: need --out, --count >= 1, --max-ops in 1..8 and 0 <= --min-ms < --max-ms");
     return 2;
   }
   filter_options fopts;
@@ -120,8 +124,9 @@ int cmd_synth(const common_args& common, const synth_args& args) {
       last_report = steady::now();
       const auto& s = gen.stats();
       double secs = seconds_since(start);
-      spdlog::info("synth: {}/{} tasks, {} candidates, {:.1f} tasks/s; rejected {}: {}", s.accepted, args.count,
-                   s.candidates, s.accepted / secs, s.rejected_total(), s.rejections_line());
+      spdlog::info("synth: {}/{} tasks, {} candidates, {:.1f} tasks/s; rejected {}: {}", s.accepted,
+                   args.count, s.candidates, s.accepted / secs, s.rejected_total(),
+                   s.rejections_line());
     }
   }
   out.flush();

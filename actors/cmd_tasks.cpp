@@ -1,4 +1,5 @@
-// kiln tasks validate: load tasks (bad ones reported, others kept), run each reference, print a table.
+// kiln tasks validate: load tasks (bad ones reported, others kept), run each reference, print a
+// table.
 #include "actors/commands.hpp"
 #include "actors/task_table.hpp"
 #include "data/reference.hpp"

@@ -64,7 +64,7 @@ int cmd_eval(const common_args& common, const eval_args& args);
 
 struct bench_args {
   std::string what = "pool"; // pool (rollout, learner: later)
-  bool json = false;          // one JSON object on stdout
+  bool json = false;         // one JSON object on stdout
   std::vector<std::string> suites;
   std::string backend = "cpu";
   std::string cache_dir;

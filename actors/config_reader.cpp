@@ -18,13 +18,13 @@ namespace {
 
 std::string node_type(const toml::node& n) {
   switch (n.type()) {
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    default: return "a date/time";
+  case toml::node_type::table: return "a table";
+  case toml::node_type::array: return "an array";
+  case toml::node_type::string: return "a string";
+  case toml::node_type::integer: return "an integer";
+  case toml::node_type::floating_point: return "a float";
+  case toml::node_type::boolean: return "a boolean";
+  default: return "a date/time";
   }
 }
 
@@ -53,8 +53,8 @@ expected<config_reader> config_reader::parse(const std::string& text, const std:
     r.root_ = std::make_unique<tree>(toml::parse(text, origin));
   } catch (const toml::parse_error& e) {
     return error{origin + ":" + std::to_string(e.source().begin.line) + ":" +
-                 std::to_string(e.source().begin.column) + ": TOML syntax error: " +
-                 std::string(e.description())};
+                 std::to_string(e.source().begin.column) +
+                 ": TOML syntax error: " + std::string(e.description())};
   }
   return r;
 }
@@ -90,7 +90,7 @@ int64_t config_reader::integer(const std::string& key, int64_t fallback, int64_t
   }
   if (*v < min || *v > max) {
     problem(key, "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
-                   "], got " + std::to_string(*v));
+                     "], got " + std::to_string(*v));
     return fallback;
   }
   return *v;
@@ -154,7 +154,8 @@ std::vector<std::string> config_reader::strings(const std::string& key,
   for (std::size_t i = 0; i < arr->size(); ++i) {
     auto s = (*arr)[i].value<std::string>();
     if (!(*arr)[i].is_string() || !s) {
-      problem(key, "element " + std::to_string(i) + ": expected a string, got " + node_type((*arr)[i]));
+      problem(key,
+              "element " + std::to_string(i) + ": expected a string, got " + node_type((*arr)[i]));
       return fallback;
     }
     out.push_back(*s);
@@ -172,7 +173,8 @@ std::vector<std::string> config_reader::paths(const std::string& key,
                                               const std::vector<std::string>& fallback) {
   auto ps = strings(key, fallback);
   for (auto& p : ps)
-    if (!p.empty() && !fs::path(p).is_absolute()) p = (fs::path(base_dir_) / p).lexically_normal().string();
+    if (!p.empty() && !fs::path(p).is_absolute())
+      p = (fs::path(base_dir_) / p).lexically_normal().string();
   return ps;
 }
 
@@ -189,7 +191,8 @@ status config_reader::set(const std::string& assignment) {
     try {
       parsed = toml::parse("v = \"" + value + "\""); // bare words are strings
     } catch (const toml::parse_error& e) {
-      return error{"--set '" + assignment + "': value is not valid TOML: " + std::string(e.description())};
+      return error{"--set '" + assignment +
+                   "': value is not valid TOML: " + std::string(e.description())};
     }
   }
   toml::table* t = root_.get();
@@ -213,7 +216,8 @@ status config_reader::finish() const {
   std::vector<std::string> keys;
   collect_keys(*root_, "", keys);
   for (const auto& k : keys)
-    if (!read_.count(k)) all.push_back(where(k) + ": unknown key (misspelt, or not for this version of kiln)");
+    if (!read_.count(k))
+      all.push_back(where(k) + ": unknown key (misspelt, or not for this version of kiln)");
   if (all.empty()) return ok();
   std::string msg;
   for (const auto& p : all) msg += (msg.empty() ? "" : "\n") + p;

@@ -31,7 +31,8 @@ public:
   std::string string(const std::string& key, const std::string& fallback);
   std::string choice(const std::string& key, const std::string& fallback,
                      const std::vector<std::string>& allowed);
-  std::vector<std::string> strings(const std::string& key, const std::vector<std::string>& fallback);
+  std::vector<std::string> strings(const std::string& key,
+                                   const std::vector<std::string>& fallback);
   // A path, resolved against the config file's directory when relative.
   std::string path(const std::string& key, const std::string& fallback);
   std::vector<std::string> paths(const std::string& key, const std::vector<std::string>& fallback);

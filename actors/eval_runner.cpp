@@ -30,7 +30,8 @@ std::string default_cache_dir() {
 expected<pool_config> make_pool_config(const std::string& backend, const std::string& cache_dir,
                                        int devices, int compile_workers) {
   if (backend != "cpu")
-    return error{"backend '" + backend + "': the cuda code generator is not in this build yet (issue #3); use cpu"};
+    return error{"backend '" + backend +
+                 "': the cuda code generator is not in this build yet (issue #3); use cpu"};
   pool_config cfg;
   cfg.backend = backend_kind::cpu;
   cfg.devices = devices;
@@ -43,7 +44,8 @@ expected<pool_config> make_pool_config(const std::string& backend, const std::st
   cfg.compile.cache_dir = (fs::path(cache_dir) / "kernels").string();
   cfg.compile.include_dir = (fs::path(cache_dir) / "include").string();
   cfg.executor.scratch_root = (fs::path(cache_dir) / "scratch").string();
-  // A cpu device is a share of the host's cores: kernels and the eager baseline get the same threads.
+  // A cpu device is a share of the host's cores: kernels and the eager baseline get the same
+  // threads.
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cfg.executor.threads = std::max(1, cores / std::max(1, devices));
   return cfg;
@@ -52,7 +54,8 @@ expected<pool_config> make_pool_config(const std::string& backend, const std::st
 expected<policy_spec> parse_policy(const std::string& name) {
   if (name == "expert" || name == "random") return policy_spec{name, name == "random"};
   if (fs::exists(name))
-    return error{"policy " + name + ": checkpoint policies need the learner's model (issue #5), not in this build"};
+    return error{"policy " + name +
+                 ": checkpoint policies need the learner's model (issue #5), not in this build"};
   return error{"policy " + name + ": expected expert, random or a checkpoint file"};
 }
 
@@ -88,8 +91,10 @@ eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, u
   auto o = pool.run(make_job(t, job_kind::evaluate), r.program);
   r.outcome = to_string(o.kind);
   r.correct = o.kind == outcome_kind::correct && o.time.has_value();
-  if (r.correct) r.kernel_ms = o.time->median_ms;
-  else r.message = o.message.substr(0, 300);
+  if (r.correct)
+    r.kernel_ms = o.time->median_ms;
+  else
+    r.message = o.message.substr(0, 300);
   return r;
 }
 
@@ -107,8 +112,8 @@ std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>
       std::lock_guard<std::mutex> lock(log_mutex);
       const auto& r = rows[i];
       double sp = r.correct && r.kernel_ms > 0 ? r.eager_ms / r.kernel_ms : 0;
-      spdlog::info("[{} {}/{}] {:<44} {:<16} eager {:8.3f} ms  kernel {:8.3f} ms  speedup {:.2f}x", p.name, n,
-                   tasks.size(), r.task, r.outcome, r.eager_ms, r.kernel_ms, sp);
+      spdlog::info("[{} {}/{}] {:<44} {:<16} eager {:8.3f} ms  kernel {:8.3f} ms  speedup {:.2f}x",
+                   p.name, n, tasks.size(), r.task, r.outcome, r.eager_ms, r.kernel_ms, sp);
       if (!r.correct) spdlog::debug("  {}: {}", r.task, r.message);
     }
   };
@@ -118,8 +123,8 @@ std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>
   return rows;
 }
 
-nlohmann::json summary_json(const std::string& policy, const std::string& suite, const std::string& backend,
-                            const std::vector<eval_row>& rows) {
+nlohmann::json summary_json(const std::string& policy, const std::string& suite,
+                            const std::string& backend, const std::vector<eval_row>& rows) {
   nlohmann::json j;
   j["policy"] = policy;
   j["suite"] = suite;
@@ -127,7 +132,8 @@ nlohmann::json summary_json(const std::string& policy, const std::string& suite,
   j["overall"] = to_json(summarize(rows));
   std::map<int, std::vector<eval_row>> by_level;
   for (const auto& r : rows) by_level[r.level].push_back(r);
-  for (const auto& [level, lr] : by_level) j["levels"][std::to_string(level)] = to_json(summarize(lr));
+  for (const auto& [level, lr] : by_level)
+    j["levels"][std::to_string(level)] = to_json(summarize(lr));
   j["tasks"] = nlohmann::json::array();
   for (const auto& r : rows) j["tasks"].push_back(to_json(r));
   return j;
@@ -135,14 +141,15 @@ nlohmann::json summary_json(const std::string& policy, const std::string& suite,
 
 void print_summary(const nlohmann::json& j) {
   const auto& o = j["overall"];
-  std::printf("%-8s tasks %d  pass %.1f%%  fast_1 %.1f%%  geomean vs eager %.3fx  (compile baselines: %s)\n",
-              j["policy"].get<std::string>().c_str(), o["tasks"].get<int>(), 100 * o["pass_rate"].get<double>(),
-              100 * o["fast_1_eager"].get<double>(), o["geomean_eager"].get<double>(),
-              o["geomean_compile"].is_string() ? "n/a" : "yes");
+  std::printf("%-8s tasks %d  pass %.1f%%  fast_1 %.1f%%  geomean vs eager %.3fx  (compile "
+              "baselines: %s)\n",
+              j["policy"].get<std::string>().c_str(), o["tasks"].get<int>(),
+              100 * o["pass_rate"].get<double>(), 100 * o["fast_1_eager"].get<double>(),
+              o["geomean_eager"].get<double>(), o["geomean_compile"].is_string() ? "n/a" : "yes");
   for (auto& [level, lj] : j["levels"].items())
     std::printf("  level %s: tasks %d  pass %.1f%%  fast_1 %.1f%%  geomean %.3fx\n", level.c_str(),
-                lj["tasks"].get<int>(), 100 * lj["pass_rate"].get<double>(), 100 * lj["fast_1_eager"].get<double>(),
-                lj["geomean_eager"].get<double>());
+                lj["tasks"].get<int>(), 100 * lj["pass_rate"].get<double>(),
+                100 * lj["fast_1_eager"].get<double>(), lj["geomean_eager"].get<double>());
   std::fflush(stdout);
 }
 

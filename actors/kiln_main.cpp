@@ -11,38 +11,52 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "kiln 0.1.0");
   kiln::common_args common;
   app.add_option("--log-level", common.log_level, "trace, debug, info, warn, error, off")
-    ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
-    ->capture_default_str();
-  app.add_option("--threads", common.threads, "worker threads (0 = all cores)")->capture_default_str();
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+  app.add_option("--threads", common.threads, "worker threads (0 = all cores)")
+      ->capture_default_str();
 
   kiln::run_args run;
-  auto* run_cmd = app.add_subcommand("run", "run an experiment from a TOML config (default: the embedded configs/quickstart.toml)");
+  auto* run_cmd = app.add_subcommand(
+      "run",
+      "run an experiment from a TOML config (default: the embedded configs/quickstart.toml)");
   run_cmd->add_option("config", run.config, "config file");
   run_cmd->add_option("--set", run.overrides, "override a config key: KEY=VALUE (TOML value)");
 
   auto* tasks_cmd = app.add_subcommand("tasks", "task files: validate");
   tasks_cmd->require_subcommand(1);
   kiln::tasks_validate_args validate;
-  auto* val = tasks_cmd->add_subcommand("validate", "parse tasks, run the reference, check degeneracy; non-zero exit on any bad task");
+  auto* val = tasks_cmd->add_subcommand(
+      "validate",
+      "parse tasks, run the reference, check degeneracy; non-zero exit on any bad task");
   val->add_option("paths", validate.paths, "task files (.toml, .jsonl) or directories")->required();
   val->add_option("--device", validate.device, "cpu, cuda or cuda:N")->capture_default_str();
   val->add_option("--json", validate.json_out, "write one JSON row per task to this file");
-  val->add_option("--memory-budget-mib", validate.memory_budget_mib, "largest total tensor size of a task")->capture_default_str();
-  val->add_option("--timing-runs", validate.timing_runs, "timed reference runs (median reported)")->capture_default_str();
-  val->add_option("--min-ms", validate.min_ms, "fail tasks whose eager time is below this (0 = off)");
-  val->add_option("--max-ms", validate.max_ms, "fail tasks whose eager time is above this (0 = off)");
+  val->add_option("--memory-budget-mib", validate.memory_budget_mib,
+                  "largest total tensor size of a task")
+      ->capture_default_str();
+  val->add_option("--timing-runs", validate.timing_runs, "timed reference runs (median reported)")
+      ->capture_default_str();
+  val->add_option("--min-ms", validate.min_ms,
+                  "fail tasks whose eager time is below this (0 = off)");
+  val->add_option("--max-ms", validate.max_ms,
+                  "fail tasks whose eager time is above this (0 = off)");
   val->add_flag("--shapes-only", validate.shapes_only, "parse and check shapes only; run nothing");
 
   kiln::eval_args eval;
-  auto* ev = app.add_subcommand("eval", "evaluate policies over a suite: pass rate, fast_p, geomean speedups");
-  ev->add_option("--policy", eval.policies, "expert, random or a checkpoint (repeatable)")->capture_default_str();
+  auto* ev = app.add_subcommand(
+      "eval", "evaluate policies over a suite: pass rate, fast_p, geomean speedups");
+  ev->add_option("--policy", eval.policies, "expert, random or a checkpoint (repeatable)")
+      ->capture_default_str();
   ev->add_option("--suite", eval.suites, "task files or directories")->required();
   ev->add_option("--backend", eval.backend, "cpu or cuda")->capture_default_str();
   ev->add_option("--json", eval.json_out, "write results (one entry per policy) here");
   ev->add_option("--cache-dir", eval.cache_dir, "kernel cache (default ~/.cache/kiln)");
   ev->add_option("--seed", eval.seed, "seed of the random policy")->capture_default_str();
-  ev->add_option("--devices", eval.devices, "device actors (cpu: executors)")->capture_default_str();
-  ev->add_option("--compile-workers", eval.compile_workers, "parallel compiles")->capture_default_str();
+  ev->add_option("--devices", eval.devices, "device actors (cpu: executors)")
+      ->capture_default_str();
+  ev->add_option("--compile-workers", eval.compile_workers, "parallel compiles")
+      ->capture_default_str();
   ev->add_option("--parallel", eval.parallel, "tasks in flight")->capture_default_str();
   ev->add_option("--max-tasks", eval.max_tasks, "evaluate only the first N tasks (0 = all)");
 
@@ -54,21 +68,28 @@ int main(int argc, char** argv) {
   be->add_option("--backend", bench.backend, "cpu or cuda")->capture_default_str();
   be->add_option("--cache-dir", bench.cache_dir, "kernel cache (default ~/.cache/kiln)");
   be->add_option("--devices", bench.devices, "device actors")->capture_default_str();
-  be->add_option("--compile-workers", bench.compile_workers, "parallel compiles")->capture_default_str();
-  be->add_option("--compiles", bench.compiles, "distinct programs compiled cold")->capture_default_str();
+  be->add_option("--compile-workers", bench.compile_workers, "parallel compiles")
+      ->capture_default_str();
+  be->add_option("--compiles", bench.compiles, "distinct programs compiled cold")
+      ->capture_default_str();
   be->add_option("--jobs", bench.jobs, "verify jobs at saturation")->capture_default_str();
   be->add_option("--in-flight", bench.in_flight, "requests in flight")->capture_default_str();
 
   kiln::synth_args synth;
-  auto* syn = app.add_subcommand("synth", "synthesize a training dataset of fused tasks (JSON Lines)");
+  auto* syn =
+      app.add_subcommand("synth", "synthesize a training dataset of fused tasks (JSON Lines)");
   syn->add_option("--out", synth.out, "output .jsonl")->required();
   syn->add_option("--count", synth.count, "tasks to produce")->capture_default_str();
-  syn->add_option("--seed", synth.seed, "random seed (same seed, same dataset)")->capture_default_str();
-  syn->add_option("--dedup-against", synth.dedup_against, "suites (files or directories) whose task graphs must not reappear");
+  syn->add_option("--seed", synth.seed, "random seed (same seed, same dataset)")
+      ->capture_default_str();
+  syn->add_option("--dedup-against", synth.dedup_against,
+                  "suites (files or directories) whose task graphs must not reappear");
   syn->add_option("--device", synth.device, "device for the eager filters")->capture_default_str();
   syn->add_option("--min-ms", synth.min_ms, "eager-time window, lower end")->capture_default_str();
   syn->add_option("--max-ms", synth.max_ms, "eager-time window, upper end")->capture_default_str();
-  syn->add_option("--max-ops", synth.max_ops, "longest composition (1-8)")->check(CLI::Range(1, 8))->capture_default_str();
+  syn->add_option("--max-ops", synth.max_ops, "longest composition (1-8)")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
   syn->add_option("--stats", synth.stats_out, "write statistics JSON here");
   syn->add_flag("--no-run", synth.no_run, "skip the eager filters (structure and shapes only)");
 
@@ -78,10 +99,12 @@ int main(int argc, char** argv) {
   exe->group("");
   exe->add_option("--fd", exec.fd, "protocol socket")->capture_default_str();
   exe->add_option("--scratch", exec.scratch, "private scratch directory")->required();
-  exe->add_option("--address-space-mib", exec.address_space_mib, "RLIMIT_AS")->capture_default_str();
+  exe->add_option("--address-space-mib", exec.address_space_mib, "RLIMIT_AS")
+      ->capture_default_str();
   exe->add_option("--file-size-mib", exec.file_size_mib, "RLIMIT_FSIZE")->capture_default_str();
   exe->add_option("--threads", exec.threads, "kernel and LibTorch threads")->capture_default_str();
-  exe->add_option("--program-cache", exec.program_cache, "loaded programs kept")->capture_default_str();
+  exe->add_option("--program-cache", exec.program_cache, "loaded programs kept")
+      ->capture_default_str();
   exe->add_flag("!--no-net-isolation", exec.isolate_network, "skip the network namespace");
   exe->add_flag("!--no-fs-restriction", exec.restrict_fs, "skip landlock");
   exe->add_flag("--drop-privileges", exec.drop_privileges, "when root, run as nobody");

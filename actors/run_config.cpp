@@ -25,7 +25,8 @@ expected<run_config> read_run_config(config_reader& r) {
   c.devices = static_cast<int>(r.integer("pool.devices", 1, 1, 1024));
   c.compile_workers = static_cast<int>(r.integer("pool.compile_workers", 2, 1, 1024));
   if (auto st = r.finish(); !st) return st.err();
-  if (c.suites.empty()) return error{c.origin + ": key 'tasks.suites': at least one suite path is required"};
+  if (c.suites.empty())
+    return error{c.origin + ": key 'tasks.suites': at least one suite path is required"};
   if (c.name.empty()) return error{c.origin + ": key 'run.name': must not be empty"};
   return c;
 }

@@ -13,7 +13,8 @@ validation shape_only_validation(const task& t) {
   v.level = t.level;
   v.ops = t.ops.size();
   for (const auto& o : t.outputs)
-    v.output_shape += (v.output_shape.empty() ? "" : " ") + to_string(value_shape(t, find_value(t, o)));
+    v.output_shape +=
+        (v.output_shape.empty() ? "" : " ") + to_string(value_shape(t, find_value(t, o)));
   v.ok = true;
   v.verdict = "ok (shapes)";
   return v;
@@ -41,14 +42,20 @@ void task_table::row(const validation& v) {
   eager_total_ms_ += v.eager_ms;
   char ms[32] = "";
   if (!shapes_only_) std::snprintf(ms, sizeof ms, "%.3f", v.eager_ms);
-  std::printf("%-44s %5d %4zu  %-22s %10s  %s%s%s\n", v.name.c_str(), v.level, v.ops,
-              v.output_shape.c_str(), ms, v.verdict.c_str(), v.warning.empty() ? "" : "  (warning: ",
-              v.warning.empty() ? "" : (v.warning + ")").c_str());
+  std::printf(
+      "%-44s %5d %4zu  %-22s %10s  %s%s%s\n", v.name.c_str(), v.level, v.ops,
+      v.output_shape.c_str(), ms, v.verdict.c_str(),
+      v.warning.empty() ? "" : "  (warning: ", v.warning.empty() ? "" : (v.warning + ")").c_str());
   std::fflush(stdout);
   if (json_) {
-    nlohmann::json j = {{"name", v.name},     {"origin", v.origin},   {"level", v.level},
-                        {"ops", v.ops},       {"output_shape", v.output_shape},
-                        {"eager_ms", v.eager_ms}, {"ok", v.ok},       {"verdict", v.verdict}};
+    nlohmann::json j = {{"name", v.name},
+                        {"origin", v.origin},
+                        {"level", v.level},
+                        {"ops", v.ops},
+                        {"output_shape", v.output_shape},
+                        {"eager_ms", v.eager_ms},
+                        {"ok", v.ok},
+                        {"verdict", v.verdict}};
     if (!v.warning.empty()) j["warning"] = v.warning;
     json_ << j.dump() << "\n";
     json_.flush();

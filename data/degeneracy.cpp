@@ -57,17 +57,21 @@ expected<degeneracy_report> check_degeneracy(const task& t, c10::Device device, 
       total += y.numel();
       if (hits != y.numel()) all_zero_pass = false;
       if (s > 0 && !within(runs[0][o], y, atol, rtol).all().item<bool>()) same_across_seeds = false;
-      if (!within(at::full_like(y, mean), y, atol, rtol).all().item<bool>()) single_constant = false;
+      if (!within(at::full_like(y, mean), y, atol, rtol).all().item<bool>())
+        single_constant = false;
     }
     if (!is_index && all_zero_pass) {
       r.degenerate = true;
-      r.reason = "output '" + name + "' is within tolerance of zero on every seed: an all-zeros kernel passes";
+      r.reason = "output '" + name +
+                 "' is within tolerance of zero on every seed: an all-zeros kernel passes";
     } else if (same_across_seeds) {
       r.degenerate = true;
-      r.reason = "output '" + name + "' does not change with the inputs: a kernel can return a memorized constant";
+      r.reason = "output '" + name +
+                 "' does not change with the inputs: a kernel can return a memorized constant";
     } else if (single_constant) {
       r.degenerate = true;
-      r.reason = "output '" + name + "' is one value on every seed (within tolerance): a constant-fill kernel passes";
+      r.reason = "output '" + name +
+                 "' is one value on every seed (within tolerance): a constant-fill kernel passes";
     }
     if (r.degenerate) break;
   }

@@ -44,59 +44,102 @@ std::vector<op_info> make_ops() {
   const char* convt_names[] = {"conv_transpose1d", "conv_transpose2d", "conv_transpose3d"};
   const char* maxp_names[] = {"max_pool1d", "max_pool2d", "max_pool3d"};
   const char* avgp_names[] = {"avg_pool1d", "avg_pool2d", "avg_pool3d"};
-  const char* adap_names[] = {"adaptive_avg_pool1d", "adaptive_avg_pool2d",
-                              "adaptive_avg_pool3d"};
+  const char* adap_names[] = {"adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"};
   for (int d = 1; d <= 3; ++d) {
-    ops.push_back({conv_names[d - 1], op_family::conv, 2, 3, d,
+    ops.push_back({conv_names[d - 1],
+                   op_family::conv,
+                   2,
+                   3,
+                   d,
                    {{"stride", K::int_or_ints},
                     {"padding", K::int_or_ints},
                     {"dilation", K::int_or_ints},
                     {"groups", K::integer}}});
-    ops.push_back({convt_names[d - 1], op_family::conv_transpose, 2, 3, d,
+    ops.push_back({convt_names[d - 1],
+                   op_family::conv_transpose,
+                   2,
+                   3,
+                   d,
                    {{"stride", K::int_or_ints},
                     {"padding", K::int_or_ints},
                     {"output_padding", K::int_or_ints},
                     {"dilation", K::int_or_ints},
                     {"groups", K::integer}}});
-    ops.push_back({maxp_names[d - 1], op_family::max_pool, 1, 1, d,
+    ops.push_back({maxp_names[d - 1],
+                   op_family::max_pool,
+                   1,
+                   1,
+                   d,
                    {{"kernel_size", K::int_or_ints, true},
                     {"stride", K::int_or_ints},
                     {"padding", K::int_or_ints},
                     {"dilation", K::int_or_ints}}});
-    ops.push_back({avgp_names[d - 1], op_family::avg_pool, 1, 1, d,
+    ops.push_back({avgp_names[d - 1],
+                   op_family::avg_pool,
+                   1,
+                   1,
+                   d,
                    {{"kernel_size", K::int_or_ints, true},
                     {"stride", K::int_or_ints},
                     {"padding", K::int_or_ints}}});
-    ops.push_back({adap_names[d - 1], op_family::adaptive_avg_pool, 1, 1, d,
+    ops.push_back({adap_names[d - 1],
+                   op_family::adaptive_avg_pool,
+                   1,
+                   1,
+                   d,
                    {{"output_size", K::int_or_ints, true}}});
   }
-  ops.push_back({"batch_norm", op_family::batch_norm, 1, 3, 0,
-                 {{"eps", K::real}, {"momentum", K::real}}});
-  ops.push_back({"group_norm", op_family::group_norm, 1, 3, 0,
+  ops.push_back(
+      {"batch_norm", op_family::batch_norm, 1, 3, 0, {{"eps", K::real}, {"momentum", K::real}}});
+  ops.push_back({"group_norm",
+                 op_family::group_norm,
+                 1,
+                 3,
+                 0,
                  {{"num_groups", K::integer, true}, {"eps", K::real}}});
-  ops.push_back({"layer_norm", op_family::layer_norm, 1, 3, 0,
+  ops.push_back({"layer_norm",
+                 op_family::layer_norm,
+                 1,
+                 3,
+                 0,
                  {{"normalized_shape", K::int_or_ints, true}, {"eps", K::real}}});
   ops.push_back({"instance_norm", op_family::instance_norm, 1, 3, 0, {{"eps", K::real}}});
-  ops.push_back({"rms_norm", op_family::rms_norm, 1, 2, 0,
+  ops.push_back({"rms_norm",
+                 op_family::rms_norm,
+                 1,
+                 2,
+                 0,
                  {{"normalized_shape", K::int_or_ints, true}, {"eps", K::real}}});
   ops.push_back({"softmax", op_family::softmax, 1, 1, 0, {{"dim", K::integer, true}}});
   ops.push_back({"log_softmax", op_family::softmax, 1, 1, 0, {{"dim", K::integer, true}}});
-  ops.push_back({"logsumexp", op_family::logsumexp, 1, 1, 0,
+  ops.push_back({"logsumexp",
+                 op_family::logsumexp,
+                 1,
+                 1,
+                 0,
                  {{"dim", K::int_or_ints, true}, {"keepdim", K::boolean}}});
   for (auto n : {"sum", "mean", "amax", "amin"})
-    ops.push_back({n, op_family::reduce, 1, 1, 0,
-                   {{"dim", K::int_or_ints}, {"keepdim", K::boolean}}});
+    ops.push_back(
+        {n, op_family::reduce, 1, 1, 0, {{"dim", K::int_or_ints}, {"keepdim", K::boolean}}});
   ops.push_back(
-    {"prod", op_family::reduce, 1, 1, 0, {{"dim", K::integer}, {"keepdim", K::boolean}}});
+      {"prod", op_family::reduce, 1, 1, 0, {{"dim", K::integer}, {"keepdim", K::boolean}}});
   for (auto n : {"argmax", "argmin"})
-    ops.push_back({n, op_family::arg_reduce, 1, 1, 0,
-                   {{"dim", K::integer}, {"keepdim", K::boolean}}});
+    ops.push_back(
+        {n, op_family::arg_reduce, 1, 1, 0, {{"dim", K::integer}, {"keepdim", K::boolean}}});
   ops.push_back({"cumsum", op_family::cumsum, 1, 1, 0, {{"dim", K::integer, true}}});
   ops.push_back({"reshape", op_family::reshape, 1, 1, 0, {{"shape", K::ints, true}}});
   ops.push_back({"permute", op_family::permute, 1, 1, 0, {{"dims", K::ints, true}}});
-  ops.push_back({"transpose", op_family::transpose, 1, 1, 0,
+  ops.push_back({"transpose",
+                 op_family::transpose,
+                 1,
+                 1,
+                 0,
                  {{"dim0", K::integer, true}, {"dim1", K::integer, true}}});
-  ops.push_back({"flatten", op_family::flatten, 1, 1, 0,
+  ops.push_back({"flatten",
+                 op_family::flatten,
+                 1,
+                 1,
+                 0,
                  {{"start_dim", K::integer}, {"end_dim", K::integer}}});
   ops.push_back({"dropout", op_family::dropout, 1, 1, 0, {{"p", K::real}}});
   return ops;
@@ -104,25 +147,25 @@ std::vector<op_info> make_ops() {
 
 const char* kind_name(attr_kind k) {
   switch (k) {
-    case K::integer: return "an integer";
-    case K::real: return "a number";
-    case K::boolean: return "a boolean";
-    case K::string: return "a string";
-    case K::ints: return "a list of integers";
-    case K::int_or_ints: return "an integer or a list of integers";
+  case K::integer: return "an integer";
+  case K::real: return "a number";
+  case K::boolean: return "a boolean";
+  case K::string: return "a string";
+  case K::ints: return "a list of integers";
+  case K::int_or_ints: return "an integer or a list of integers";
   }
   return "?";
 }
 
 bool kind_matches(attr_kind k, const attr_value& v) {
   switch (k) {
-    case K::integer: return std::holds_alternative<int64_t>(v);
-    case K::real: return std::holds_alternative<double>(v) || std::holds_alternative<int64_t>(v);
-    case K::boolean: return std::holds_alternative<bool>(v);
-    case K::string: return std::holds_alternative<std::string>(v);
-    case K::ints: return std::holds_alternative<std::vector<int64_t>>(v);
-    case K::int_or_ints:
-      return std::holds_alternative<int64_t>(v) || std::holds_alternative<std::vector<int64_t>>(v);
+  case K::integer: return std::holds_alternative<int64_t>(v);
+  case K::real: return std::holds_alternative<double>(v) || std::holds_alternative<int64_t>(v);
+  case K::boolean: return std::holds_alternative<bool>(v);
+  case K::string: return std::holds_alternative<std::string>(v);
+  case K::ints: return std::holds_alternative<std::vector<int64_t>>(v);
+  case K::int_or_ints:
+    return std::holds_alternative<int64_t>(v) || std::holds_alternative<std::vector<int64_t>>(v);
   }
   return false;
 }
@@ -201,8 +244,9 @@ expected<shape_t> conv_like(const op_info& op, const std::vector<shape_t>& args,
   }
   bool transposed = op.family == op_family::conv_transpose;
   int64_t cin = x[1];
-  if (cin % groups) return fail("attrs.groups: input channels " + std::to_string(cin) +
-                                " not divisible by groups " + std::to_string(groups));
+  if (cin % groups)
+    return fail("attrs.groups: input channels " + std::to_string(cin) +
+                " not divisible by groups " + std::to_string(groups));
   int64_t cout;
   if (!transposed) {
     cout = w[0];
@@ -391,8 +435,8 @@ expected<shape_t> infer_shape(const op_info& op, const std::vector<shape_t>& arg
   int n = static_cast<int>(args.size());
   if (n < op.min_args || n > op.max_args) {
     std::string want = op.min_args == op.max_args
-                         ? std::to_string(op.min_args)
-                         : std::to_string(op.min_args) + " to " + std::to_string(op.max_args);
+                           ? std::to_string(op.min_args)
+                           : std::to_string(op.min_args) + " to " + std::to_string(op.max_args);
     return fail("args: " + std::string(op.name) + " takes " + want + " argument(s), got " +
                 std::to_string(n));
   }
@@ -400,180 +444,181 @@ expected<shape_t> infer_shape(const op_info& op, const std::vector<shape_t>& arg
   const shape_t& x = args[0];
   auto rank = x.size();
   switch (op.family) {
-    case op_family::unary: {
-      if (op.name == "gelu") {
-        auto approx = attr_string(attrs, "approximate", "none");
-        if (approx != "none" && approx != "tanh")
-          return fail("attrs.approximate: expected \"none\" or \"tanh\", got \"" + approx + "\"");
+  case op_family::unary: {
+    if (op.name == "gelu") {
+      auto approx = attr_string(attrs, "approximate", "none");
+      if (approx != "none" && approx != "tanh")
+        return fail("attrs.approximate: expected \"none\" or \"tanh\", got \"" + approx + "\"");
+    }
+    if (op.name == "clamp" && !has_attr(attrs, "min") && !has_attr(attrs, "max"))
+      return fail("attrs: clamp needs min or max");
+    return x;
+  }
+  case op_family::binary:
+    if (n == 2) {
+      if (has_attr(attrs, "scalar"))
+        return fail("attrs.scalar: given together with a second argument");
+      return broadcast(args[0], args[1], "args");
+    }
+    if (!has_attr(attrs, "scalar"))
+      return fail("attrs.scalar: " + std::string(op.name) +
+                  " with one argument needs attrs.scalar");
+    return x;
+  case op_family::linear: {
+    const auto& w = args[1];
+    if (rank < 1 || w.size() != 2)
+      return fail("args: linear expects x [..., in] and w [out, in], got " + to_string(x) +
+                  " and " + to_string(w));
+    if (x.back() != w[1])
+      return fail("args[1]: linear weight " + to_string(w) + " expects in_features " +
+                  std::to_string(w[1]) + ", x has " + std::to_string(x.back()));
+    if (n == 3 && args[2] != shape_t{w[0]})
+      return fail("args[2]: linear bias must have shape [" + std::to_string(w[0]) + "], got " +
+                  to_string(args[2]));
+    shape_t out = x;
+    out.back() = w[0];
+    return out;
+  }
+  case op_family::matmul: return matmul_shape(args[0], args[1]);
+  case op_family::bmm: {
+    const auto& a = args[0];
+    const auto& b = args[1];
+    if (a.size() != 3 || b.size() != 3 || a[0] != b[0] || a[2] != b[1])
+      return fail("args: bmm expects [B, n, k] and [B, k, m], got " + to_string(a) + " and " +
+                  to_string(b));
+    return shape_t{a[0], a[1], b[2]};
+  }
+  case op_family::conv:
+  case op_family::conv_transpose: return conv_like(op, args, attrs);
+  case op_family::max_pool:
+  case op_family::avg_pool:
+  case op_family::adaptive_avg_pool: return pool_like(op, x, attrs);
+  case op_family::batch_norm:
+    if (n == 2) return fail("args: batch_norm takes x alone or x, weight and bias");
+    if (rank < 2) return fail("args[0]: batch_norm expects [N, C, ...], got " + to_string(x));
+    if (attr_real(attrs, "eps", 1e-5) <= 0) return fail("attrs.eps: must be > 0");
+    return check_norm_params("batch_norm", args, {x[1]});
+  case op_family::instance_norm:
+    if (n == 2) return fail("args: instance_norm takes x alone or x, weight and bias");
+    if (rank < 3)
+      return fail("args[0]: instance_norm expects [N, C, spatial...], got " + to_string(x));
+    if (attr_real(attrs, "eps", 1e-5) <= 0) return fail("attrs.eps: must be > 0");
+    return check_norm_params("instance_norm", args, {x[1]});
+  case op_family::group_norm: {
+    if (n == 2) return fail("args: group_norm takes x alone or x, weight and bias");
+    if (rank < 2) return fail("args[0]: group_norm expects [N, C, ...], got " + to_string(x));
+    int64_t g = attr_int(attrs, "num_groups", 1);
+    if (g < 1 || x[1] % g)
+      return fail("attrs.num_groups: " + std::to_string(g) + " does not divide " +
+                  std::to_string(x[1]) + " channels");
+    if (attr_real(attrs, "eps", 1e-5) <= 0) return fail("attrs.eps: must be > 0");
+    return check_norm_params("group_norm", args, {x[1]});
+  }
+  case op_family::layer_norm:
+  case op_family::rms_norm: {
+    if (op.family == op_family::layer_norm && n == 2)
+      return fail("args: layer_norm takes x alone or x, weight and bias");
+    auto ns = attr_dims(attrs, "normalized_shape");
+    if (ns.empty() || ns.size() > rank)
+      return fail("attrs.normalized_shape: must be a non-empty suffix of input shape " +
+                  to_string(x));
+    shape_t tail(x.end() - ns.size(), x.end());
+    if (tail != ns)
+      return fail("attrs.normalized_shape: " + to_string(ns) + " is not the trailing shape of " +
+                  to_string(x));
+    if (has_attr(attrs, "eps") && attr_real(attrs, "eps", 1) <= 0)
+      return fail("attrs.eps: must be > 0");
+    return check_norm_params(std::string(op.name), args, ns);
+  }
+  case op_family::softmax:
+  case op_family::cumsum: {
+    int64_t d = attr_int(attrs, "dim", 0);
+    if (!normalize_dim(d, rank))
+      return fail("attrs.dim: " + std::to_string(attr_int(attrs, "dim", 0)) +
+                  " out of range for rank " + std::to_string(rank));
+    return x;
+  }
+  case op_family::logsumexp:
+  case op_family::reduce: {
+    auto dims = attr_dims(attrs, "dim");
+    if (op.family == op_family::logsumexp && dims.empty())
+      return fail("attrs.dim: logsumexp needs at least one dim");
+    return reduce_shape(x, dims, attr_bool(attrs, "keepdim", false));
+  }
+  case op_family::arg_reduce: {
+    if (!has_attr(attrs, "dim")) {
+      if (attr_bool(attrs, "keepdim", false)) return shape_t(rank, 1);
+      return shape_t{};
+    }
+    return reduce_shape(x, {attr_int(attrs, "dim", 0)}, attr_bool(attrs, "keepdim", false));
+  }
+  case op_family::reshape: {
+    auto s = attr_dims(attrs, "shape");
+    int infer = -1;
+    int64_t known = 1;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == -1) {
+        if (infer >= 0) return fail("attrs.shape: more than one -1");
+        infer = static_cast<int>(i);
+      } else if (s[i] < 1) {
+        return fail("attrs.shape: entries must be >= 1 or a single -1");
+      } else {
+        known *= s[i];
       }
-      if (op.name == "clamp" && !has_attr(attrs, "min") && !has_attr(attrs, "max"))
-        return fail("attrs: clamp needs min or max");
-      return x;
     }
-    case op_family::binary:
-      if (n == 2) {
-        if (has_attr(attrs, "scalar"))
-          return fail("attrs.scalar: given together with a second argument");
-        return broadcast(args[0], args[1], "args");
-      }
-      if (!has_attr(attrs, "scalar"))
-        return fail("attrs.scalar: " + std::string(op.name) +
-                    " with one argument needs attrs.scalar");
-      return x;
-    case op_family::linear: {
-      const auto& w = args[1];
-      if (rank < 1 || w.size() != 2)
-        return fail("args: linear expects x [..., in] and w [out, in], got " + to_string(x) +
-                    " and " + to_string(w));
-      if (x.back() != w[1])
-        return fail("args[1]: linear weight " + to_string(w) + " expects in_features " +
-                    std::to_string(w[1]) + ", x has " + std::to_string(x.back()));
-      if (n == 3 && args[2] != shape_t{w[0]})
-        return fail("args[2]: linear bias must have shape [" + std::to_string(w[0]) + "], got " +
-                    to_string(args[2]));
-      shape_t out = x;
-      out.back() = w[0];
-      return out;
+    int64_t total = numel(x);
+    if (infer >= 0) {
+      if (total % known)
+        return fail("attrs.shape: " + to_string(s) + " does not fit " + to_string(x));
+      s[infer] = total / known;
+    } else if (known != total) {
+      return fail("attrs.shape: " + to_string(s) + " has " + std::to_string(known) +
+                  " elements, input " + to_string(x) + " has " + std::to_string(total));
     }
-    case op_family::matmul: return matmul_shape(args[0], args[1]);
-    case op_family::bmm: {
-      const auto& a = args[0];
-      const auto& b = args[1];
-      if (a.size() != 3 || b.size() != 3 || a[0] != b[0] || a[2] != b[1])
-        return fail("args: bmm expects [B, n, k] and [B, k, m], got " + to_string(a) + " and " +
-                    to_string(b));
-      return shape_t{a[0], a[1], b[2]};
+    return s;
+  }
+  case op_family::permute: {
+    auto dims = attr_dims(attrs, "dims");
+    if (dims.size() != rank)
+      return fail("attrs.dims: needs " + std::to_string(rank) + " entries, got " +
+                  std::to_string(dims.size()));
+    std::vector<bool> seen(rank, false);
+    shape_t out;
+    for (auto d : dims) {
+      if (!normalize_dim(d, rank) || seen[d])
+        return fail("attrs.dims: " + to_string(attr_dims(attrs, "dims")) +
+                    " is not a permutation of 0.." + std::to_string(rank - 1));
+      seen[d] = true;
+      out.push_back(x[d]);
     }
-    case op_family::conv:
-    case op_family::conv_transpose: return conv_like(op, args, attrs);
-    case op_family::max_pool:
-    case op_family::avg_pool:
-    case op_family::adaptive_avg_pool: return pool_like(op, x, attrs);
-    case op_family::batch_norm:
-      if (n == 2) return fail("args: batch_norm takes x alone or x, weight and bias");
-      if (rank < 2) return fail("args[0]: batch_norm expects [N, C, ...], got " + to_string(x));
-      if (attr_real(attrs, "eps", 1e-5) <= 0) return fail("attrs.eps: must be > 0");
-      return check_norm_params("batch_norm", args, {x[1]});
-    case op_family::instance_norm:
-      if (n == 2) return fail("args: instance_norm takes x alone or x, weight and bias");
-      if (rank < 3)
-        return fail("args[0]: instance_norm expects [N, C, spatial...], got " + to_string(x));
-      if (attr_real(attrs, "eps", 1e-5) <= 0) return fail("attrs.eps: must be > 0");
-      return check_norm_params("instance_norm", args, {x[1]});
-    case op_family::group_norm: {
-      if (n == 2) return fail("args: group_norm takes x alone or x, weight and bias");
-      if (rank < 2) return fail("args[0]: group_norm expects [N, C, ...], got " + to_string(x));
-      int64_t g = attr_int(attrs, "num_groups", 1);
-      if (g < 1 || x[1] % g)
-        return fail("attrs.num_groups: " + std::to_string(g) + " does not divide " +
-                    std::to_string(x[1]) + " channels");
-      if (attr_real(attrs, "eps", 1e-5) <= 0) return fail("attrs.eps: must be > 0");
-      return check_norm_params("group_norm", args, {x[1]});
-    }
-    case op_family::layer_norm:
-    case op_family::rms_norm: {
-      if (op.family == op_family::layer_norm && n == 2)
-        return fail("args: layer_norm takes x alone or x, weight and bias");
-      auto ns = attr_dims(attrs, "normalized_shape");
-      if (ns.empty() || ns.size() > rank)
-        return fail("attrs.normalized_shape: must be a non-empty suffix of input shape " +
-                    to_string(x));
-      shape_t tail(x.end() - ns.size(), x.end());
-      if (tail != ns)
-        return fail("attrs.normalized_shape: " + to_string(ns) + " is not the trailing shape of " +
-                    to_string(x));
-      if (has_attr(attrs, "eps") && attr_real(attrs, "eps", 1) <= 0)
-        return fail("attrs.eps: must be > 0");
-      return check_norm_params(std::string(op.name), args, ns);
-    }
-    case op_family::softmax:
-    case op_family::cumsum: {
-      int64_t d = attr_int(attrs, "dim", 0);
-      if (!normalize_dim(d, rank))
-        return fail("attrs.dim: " + std::to_string(attr_int(attrs, "dim", 0)) +
-                    " out of range for rank " + std::to_string(rank));
-      return x;
-    }
-    case op_family::logsumexp:
-    case op_family::reduce: {
-      auto dims = attr_dims(attrs, "dim");
-      if (op.family == op_family::logsumexp && dims.empty())
-        return fail("attrs.dim: logsumexp needs at least one dim");
-      return reduce_shape(x, dims, attr_bool(attrs, "keepdim", false));
-    }
-    case op_family::arg_reduce: {
-      if (!has_attr(attrs, "dim")) {
-        if (attr_bool(attrs, "keepdim", false)) return shape_t(rank, 1);
-        return shape_t{};
-      }
-      return reduce_shape(x, {attr_int(attrs, "dim", 0)}, attr_bool(attrs, "keepdim", false));
-    }
-    case op_family::reshape: {
-      auto s = attr_dims(attrs, "shape");
-      int infer = -1;
-      int64_t known = 1;
-      for (std::size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == -1) {
-          if (infer >= 0) return fail("attrs.shape: more than one -1");
-          infer = static_cast<int>(i);
-        } else if (s[i] < 1) {
-          return fail("attrs.shape: entries must be >= 1 or a single -1");
-        } else {
-          known *= s[i];
-        }
-      }
-      int64_t total = numel(x);
-      if (infer >= 0) {
-        if (total % known) return fail("attrs.shape: " + to_string(s) + " does not fit " + to_string(x));
-        s[infer] = total / known;
-      } else if (known != total) {
-        return fail("attrs.shape: " + to_string(s) + " has " + std::to_string(known) +
-                    " elements, input " + to_string(x) + " has " + std::to_string(total));
-      }
-      return s;
-    }
-    case op_family::permute: {
-      auto dims = attr_dims(attrs, "dims");
-      if (dims.size() != rank)
-        return fail("attrs.dims: needs " + std::to_string(rank) + " entries, got " +
-                    std::to_string(dims.size()));
-      std::vector<bool> seen(rank, false);
-      shape_t out;
-      for (auto d : dims) {
-        if (!normalize_dim(d, rank) || seen[d])
-          return fail("attrs.dims: " + to_string(attr_dims(attrs, "dims")) +
-                      " is not a permutation of 0.." + std::to_string(rank - 1));
-        seen[d] = true;
-        out.push_back(x[d]);
-      }
-      return out;
-    }
-    case op_family::transpose: {
-      int64_t d0 = attr_int(attrs, "dim0", 0), d1 = attr_int(attrs, "dim1", 0);
-      if (!normalize_dim(d0, rank)) return fail("attrs.dim0: out of range");
-      if (!normalize_dim(d1, rank)) return fail("attrs.dim1: out of range");
-      shape_t out = x;
-      std::swap(out[d0], out[d1]);
-      return out;
-    }
-    case op_family::flatten: {
-      if (rank == 0) return shape_t{1};
-      int64_t s = attr_int(attrs, "start_dim", 0), e = attr_int(attrs, "end_dim", -1);
-      if (!normalize_dim(s, rank)) return fail("attrs.start_dim: out of range");
-      if (!normalize_dim(e, rank)) return fail("attrs.end_dim: out of range");
-      if (s > e) return fail("attrs.start_dim: must not come after end_dim");
-      shape_t out(x.begin(), x.begin() + s);
-      int64_t m = 1;
-      for (int64_t i = s; i <= e; ++i) m *= x[i];
-      out.push_back(m);
-      out.insert(out.end(), x.begin() + e + 1, x.end());
-      return out;
-    }
-    case op_family::dropout:
-      if (attr_real(attrs, "p", 0.0) != 0.0)
-        return fail("attrs.p: only dropout with p = 0 is deterministic; got " +
-                    std::to_string(attr_real(attrs, "p", 0.0)));
-      return x;
+    return out;
+  }
+  case op_family::transpose: {
+    int64_t d0 = attr_int(attrs, "dim0", 0), d1 = attr_int(attrs, "dim1", 0);
+    if (!normalize_dim(d0, rank)) return fail("attrs.dim0: out of range");
+    if (!normalize_dim(d1, rank)) return fail("attrs.dim1: out of range");
+    shape_t out = x;
+    std::swap(out[d0], out[d1]);
+    return out;
+  }
+  case op_family::flatten: {
+    if (rank == 0) return shape_t{1};
+    int64_t s = attr_int(attrs, "start_dim", 0), e = attr_int(attrs, "end_dim", -1);
+    if (!normalize_dim(s, rank)) return fail("attrs.start_dim: out of range");
+    if (!normalize_dim(e, rank)) return fail("attrs.end_dim: out of range");
+    if (s > e) return fail("attrs.start_dim: must not come after end_dim");
+    shape_t out(x.begin(), x.begin() + s);
+    int64_t m = 1;
+    for (int64_t i = s; i <= e; ++i) m *= x[i];
+    out.push_back(m);
+    out.insert(out.end(), x.begin() + e + 1, x.end());
+    return out;
+  }
+  case op_family::dropout:
+    if (attr_real(attrs, "p", 0.0) != 0.0)
+      return fail("attrs.p: only dropout with p = 0 is deterministic; got " +
+                  std::to_string(attr_real(attrs, "p", 0.0)));
+    return x;
   }
   return fail("internal: unhandled op family");
 }

@@ -11,13 +11,13 @@
 namespace kiln {
 
 enum class op_family {
-  unary,           // elementwise, one arg
-  binary,          // elementwise with broadcasting, or one arg + attrs.scalar
-  linear,          // linear(x, w[, b])
-  matmul,          // torch.matmul
-  bmm,             // batched [B,n,k] x [B,k,m]
-  conv,            // conv1d/2d/3d
-  conv_transpose,  // conv_transpose1d/2d/3d
+  unary,          // elementwise, one arg
+  binary,         // elementwise with broadcasting, or one arg + attrs.scalar
+  linear,         // linear(x, w[, b])
+  matmul,         // torch.matmul
+  bmm,            // batched [B,n,k] x [B,k,m]
+  conv,           // conv1d/2d/3d
+  conv_transpose, // conv_transpose1d/2d/3d
   max_pool,
   avg_pool,
   adaptive_avg_pool,
@@ -26,10 +26,10 @@ enum class op_family {
   layer_norm,
   instance_norm,
   rms_norm,
-  softmax,         // softmax, log_softmax
+  softmax, // softmax, log_softmax
   logsumexp,
-  reduce,          // sum, mean, amax, amin, prod
-  arg_reduce,      // argmax, argmin
+  reduce,     // sum, mean, amax, amin, prod
+  arg_reduce, // argmax, argmin
   cumsum,
   reshape,
   permute,

@@ -17,9 +17,9 @@ namespace {
 
 at::ScalarType scalar_type(dtype t) {
   switch (t) {
-    case dtype::float32: return at::kFloat;
-    case dtype::float16: return at::kHalf;
-    case dtype::bfloat16: return at::kBFloat16;
+  case dtype::float32: return at::kFloat;
+  case dtype::float16: return at::kHalf;
+  case dtype::bfloat16: return at::kBFloat16;
   }
   return at::kFloat;
 }
@@ -41,22 +41,22 @@ at::Tensor draw(const task& t, const tensor_decl& d, at::Generator& gen, c10::De
   auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
   at::Tensor x;
   switch (d.init) {
-    case init_kind::uniform: x = at::empty(d.shape, opts).uniform_(0.0, 1.0, gen); break;
-    case init_kind::normal: x = at::empty(d.shape, opts).normal_(0.0, 1.0, gen); break;
-    case init_kind::randint: x = at::randint(d.lo, d.hi, d.shape, gen, opts); break;
-    case init_kind::ones: x = at::ones(d.shape, opts); break;
-    case init_kind::zeros: x = at::zeros(d.shape, opts); break;
-    case init_kind::kaiming_uniform: {
-      double bound = 1.0 / std::sqrt(static_cast<double>(fan_in(d.shape)));
-      x = at::empty(d.shape, opts).uniform_(-bound, bound, gen);
-      break;
-    }
-    case init_kind::bias_uniform: {
-      auto r = find_value(t, d.of);
-      double bound = 1.0 / std::sqrt(static_cast<double>(fan_in(value_shape(t, r))));
-      x = at::empty(d.shape, opts).uniform_(-bound, bound, gen);
-      break;
-    }
+  case init_kind::uniform: x = at::empty(d.shape, opts).uniform_(0.0, 1.0, gen); break;
+  case init_kind::normal: x = at::empty(d.shape, opts).normal_(0.0, 1.0, gen); break;
+  case init_kind::randint: x = at::randint(d.lo, d.hi, d.shape, gen, opts); break;
+  case init_kind::ones: x = at::ones(d.shape, opts); break;
+  case init_kind::zeros: x = at::zeros(d.shape, opts); break;
+  case init_kind::kaiming_uniform: {
+    double bound = 1.0 / std::sqrt(static_cast<double>(fan_in(d.shape)));
+    x = at::empty(d.shape, opts).uniform_(-bound, bound, gen);
+    break;
+  }
+  case init_kind::bias_uniform: {
+    auto r = find_value(t, d.of);
+    double bound = 1.0 / std::sqrt(static_cast<double>(fan_in(value_shape(t, r))));
+    x = at::empty(d.shape, opts).uniform_(-bound, bound, gen);
+    break;
+  }
   }
   if (t.type != dtype::float32) x = x.to(scalar_type(t.type));
   return x.to(compute_type(t, device));
@@ -93,169 +93,168 @@ at::Tensor apply(const op_info& info, const op_node& op, const std::vector<at::T
   std::string_view n = info.name;
   std::size_t sd = static_cast<std::size_t>(info.spatial);
   switch (info.family) {
-    case op_family::unary:
-      if (n == "relu") return at::relu(x);
-      if (n == "leaky_relu") return at::leaky_relu(x, attr_real(at_, "negative_slope", 0.01));
-      if (n == "sigmoid") return at::sigmoid(x);
-      if (n == "tanh") return at::tanh(x);
-      if (n == "gelu") return at::gelu(x, attr_string(at_, "approximate", "none"));
-      if (n == "silu") return at::silu(x);
-      if (n == "mish") return at::mish(x);
-      if (n == "hardswish") return at::hardswish(x);
-      if (n == "hardsigmoid") return at::hardsigmoid(x);
-      if (n == "hardtanh")
-        return at::hardtanh(x, attr_real(at_, "min_val", -1.0), attr_real(at_, "max_val", 1.0));
-      if (n == "elu") return at::elu(x, attr_real(at_, "alpha", 1.0));
-      if (n == "selu") return at::selu(x);
-      if (n == "softplus")
-        return at::softplus(x, attr_real(at_, "beta", 1.0), attr_real(at_, "threshold", 20.0));
-      if (n == "softsign") return x / (x.abs() + 1);
-      if (n == "exp") return at::exp(x);
-      if (n == "log") return at::log(x);
-      if (n == "abs") return at::abs(x);
-      if (n == "neg") return at::neg(x);
-      if (n == "sqrt") return at::sqrt(x);
-      if (n == "rsqrt") return at::rsqrt(x);
-      if (n == "clamp") {
-        c10::optional<at::Scalar> lo, hi;
-        if (has_attr(at_, "min")) lo = attr_real(at_, "min", 0);
-        if (has_attr(at_, "max")) hi = attr_real(at_, "max", 0);
-        return at::clamp(x, lo, hi);
-      }
-      break;
-    case op_family::binary: {
-      if (a.size() == 2) {
-        const at::Tensor& y = a[1];
-        if (n == "add") return at::add(x, y);
-        if (n == "sub") return at::sub(x, y);
-        if (n == "mul") return at::mul(x, y);
-        if (n == "div") return at::div(x, y);
-        if (n == "maximum") return at::maximum(x, y);
-        if (n == "minimum") return at::minimum(x, y);
-        if (n == "pow") return at::pow(x, y);
-      }
-      at::Scalar s = attr_real(at_, "scalar", 0.0);
-      if (n == "add") return at::add(x, s);
-      if (n == "sub") return at::sub(x, s);
-      if (n == "mul") return at::mul(x, s);
-      if (n == "div") return at::div(x, s);
-      if (n == "maximum") return at::clamp_min(x, s);
-      if (n == "minimum") return at::clamp_max(x, s);
-      if (n == "pow") return at::pow(x, s);
-      break;
+  case op_family::unary:
+    if (n == "relu") return at::relu(x);
+    if (n == "leaky_relu") return at::leaky_relu(x, attr_real(at_, "negative_slope", 0.01));
+    if (n == "sigmoid") return at::sigmoid(x);
+    if (n == "tanh") return at::tanh(x);
+    if (n == "gelu") return at::gelu(x, attr_string(at_, "approximate", "none"));
+    if (n == "silu") return at::silu(x);
+    if (n == "mish") return at::mish(x);
+    if (n == "hardswish") return at::hardswish(x);
+    if (n == "hardsigmoid") return at::hardsigmoid(x);
+    if (n == "hardtanh")
+      return at::hardtanh(x, attr_real(at_, "min_val", -1.0), attr_real(at_, "max_val", 1.0));
+    if (n == "elu") return at::elu(x, attr_real(at_, "alpha", 1.0));
+    if (n == "selu") return at::selu(x);
+    if (n == "softplus")
+      return at::softplus(x, attr_real(at_, "beta", 1.0), attr_real(at_, "threshold", 20.0));
+    if (n == "softsign") return x / (x.abs() + 1);
+    if (n == "exp") return at::exp(x);
+    if (n == "log") return at::log(x);
+    if (n == "abs") return at::abs(x);
+    if (n == "neg") return at::neg(x);
+    if (n == "sqrt") return at::sqrt(x);
+    if (n == "rsqrt") return at::rsqrt(x);
+    if (n == "clamp") {
+      c10::optional<at::Scalar> lo, hi;
+      if (has_attr(at_, "min")) lo = attr_real(at_, "min", 0);
+      if (has_attr(at_, "max")) hi = attr_real(at_, "max", 0);
+      return at::clamp(x, lo, hi);
     }
-    case op_family::linear: return at::linear(x, a[1], opt_arg(a, 2));
-    case op_family::matmul: return at::matmul(x, a[1]);
-    case op_family::bmm: return at::bmm(x, a[1]);
-    case op_family::conv: {
-      auto stride = attr_ints(at_, "stride", sd, 1);
-      auto padding = attr_ints(at_, "padding", sd, 0);
-      auto dilation = attr_ints(at_, "dilation", sd, 1);
-      int64_t groups = attr_int(at_, "groups", 1);
-      return at::convolution(x, a[1], opt_arg(a, 2), stride, padding, dilation, false,
-                             std::vector<int64_t>(sd, 0), groups);
+    break;
+  case op_family::binary: {
+    if (a.size() == 2) {
+      const at::Tensor& y = a[1];
+      if (n == "add") return at::add(x, y);
+      if (n == "sub") return at::sub(x, y);
+      if (n == "mul") return at::mul(x, y);
+      if (n == "div") return at::div(x, y);
+      if (n == "maximum") return at::maximum(x, y);
+      if (n == "minimum") return at::minimum(x, y);
+      if (n == "pow") return at::pow(x, y);
     }
-    case op_family::conv_transpose: {
-      auto stride = attr_ints(at_, "stride", sd, 1);
-      auto padding = attr_ints(at_, "padding", sd, 0);
-      auto dilation = attr_ints(at_, "dilation", sd, 1);
-      auto outpad = attr_ints(at_, "output_padding", sd, 0);
-      int64_t groups = attr_int(at_, "groups", 1);
-      return at::convolution(x, a[1], opt_arg(a, 2), stride, padding, dilation, true, outpad,
-                             groups);
+    at::Scalar s = attr_real(at_, "scalar", 0.0);
+    if (n == "add") return at::add(x, s);
+    if (n == "sub") return at::sub(x, s);
+    if (n == "mul") return at::mul(x, s);
+    if (n == "div") return at::div(x, s);
+    if (n == "maximum") return at::clamp_min(x, s);
+    if (n == "minimum") return at::clamp_max(x, s);
+    if (n == "pow") return at::pow(x, s);
+    break;
+  }
+  case op_family::linear: return at::linear(x, a[1], opt_arg(a, 2));
+  case op_family::matmul: return at::matmul(x, a[1]);
+  case op_family::bmm: return at::bmm(x, a[1]);
+  case op_family::conv: {
+    auto stride = attr_ints(at_, "stride", sd, 1);
+    auto padding = attr_ints(at_, "padding", sd, 0);
+    auto dilation = attr_ints(at_, "dilation", sd, 1);
+    int64_t groups = attr_int(at_, "groups", 1);
+    return at::convolution(x, a[1], opt_arg(a, 2), stride, padding, dilation, false,
+                           std::vector<int64_t>(sd, 0), groups);
+  }
+  case op_family::conv_transpose: {
+    auto stride = attr_ints(at_, "stride", sd, 1);
+    auto padding = attr_ints(at_, "padding", sd, 0);
+    auto dilation = attr_ints(at_, "dilation", sd, 1);
+    auto outpad = attr_ints(at_, "output_padding", sd, 0);
+    int64_t groups = attr_int(at_, "groups", 1);
+    return at::convolution(x, a[1], opt_arg(a, 2), stride, padding, dilation, true, outpad, groups);
+  }
+  case op_family::max_pool: {
+    auto k = attr_ints(at_, "kernel_size", sd, 1);
+    auto stride = has_attr(at_, "stride") ? attr_ints(at_, "stride", sd, 1) : k;
+    auto padding = attr_ints(at_, "padding", sd, 0);
+    auto dilation = attr_ints(at_, "dilation", sd, 1);
+    if (sd == 1) return at::max_pool1d(x, k, stride, padding, dilation, false);
+    if (sd == 2) return at::max_pool2d(x, k, stride, padding, dilation, false);
+    return at::max_pool3d(x, k, stride, padding, dilation, false);
+  }
+  case op_family::avg_pool: {
+    auto k = attr_ints(at_, "kernel_size", sd, 1);
+    auto stride = has_attr(at_, "stride") ? attr_ints(at_, "stride", sd, 1) : k;
+    auto padding = attr_ints(at_, "padding", sd, 0);
+    if (sd == 1) return at::avg_pool1d(x, k, stride, padding, false, true);
+    if (sd == 2) return at::avg_pool2d(x, k, stride, padding, false, true);
+    return at::avg_pool3d(x, k, stride, padding, false, true);
+  }
+  case op_family::adaptive_avg_pool: {
+    auto os = attr_ints(at_, "output_size", sd, 1);
+    if (sd == 1) return at::adaptive_avg_pool1d(x, os);
+    if (sd == 2) return at::adaptive_avg_pool2d(x, os);
+    return at::adaptive_avg_pool3d(x, os);
+  }
+  case op_family::batch_norm:
+    return at::batch_norm(x, opt_arg(a, 1), opt_arg(a, 2), c10::nullopt, c10::nullopt, true,
+                          attr_real(at_, "momentum", 0.1), attr_real(at_, "eps", 1e-5), true);
+  case op_family::instance_norm:
+    return at::instance_norm(x, opt_arg(a, 1), opt_arg(a, 2), c10::nullopt, c10::nullopt, true, 0.1,
+                             attr_real(at_, "eps", 1e-5), true);
+  case op_family::group_norm:
+    return at::group_norm(x, attr_int(at_, "num_groups", 1), opt_arg(a, 1), opt_arg(a, 2),
+                          attr_real(at_, "eps", 1e-5), true);
+  case op_family::layer_norm:
+    return at::layer_norm(x, attr_dims(at_, "normalized_shape"), opt_arg(a, 1), opt_arg(a, 2),
+                          attr_real(at_, "eps", 1e-5), true);
+  case op_family::rms_norm: {
+    // at::rms_norm is newer than LibTorch 1.13: the formula of torch.nn.functional.rms_norm.
+    auto ns = attr_dims(at_, "normalized_shape");
+    std::vector<int64_t> dims;
+    for (std::size_t i = 0; i < ns.size(); ++i)
+      dims.push_back(static_cast<int64_t>(x.dim() - ns.size() + i));
+    double eps = attr_real(at_, "eps", rms_default_eps);
+    auto xf = x.to(at::kFloat);
+    auto y = xf * at::rsqrt(xf.pow(2).mean(dims, true) + eps);
+    if (a.size() > 1) y = y * a[1].to(at::kFloat);
+    return y.to(x.scalar_type());
+  }
+  case op_family::softmax:
+    if (n == "softmax") return at::softmax(x, attr_int(at_, "dim", -1));
+    return at::log_softmax(x, attr_int(at_, "dim", -1));
+  case op_family::logsumexp:
+    return at::logsumexp(x, attr_dims(at_, "dim"), attr_bool(at_, "keepdim", false));
+  case op_family::reduce: {
+    bool keep = attr_bool(at_, "keepdim", false);
+    auto dims = attr_dims(at_, "dim");
+    if (dims.empty())
+      for (int64_t i = 0; i < x.dim(); ++i) dims.push_back(i);
+    if (n == "sum") return dims.empty() ? x.sum() : at::sum(x, dims, keep);
+    if (n == "mean") return dims.empty() ? x.mean() : at::mean(x, dims, keep);
+    if (n == "amax") return at::amax(x, dims, keep);
+    if (n == "amin") return at::amin(x, dims, keep);
+    if (n == "prod") {
+      if (has_attr(at_, "dim")) return at::prod(x, attr_int(at_, "dim", 0), keep);
+      auto p = x.prod();
+      return keep ? p.reshape(std::vector<int64_t>(x.dim(), 1)) : p;
     }
-    case op_family::max_pool: {
-      auto k = attr_ints(at_, "kernel_size", sd, 1);
-      auto stride = has_attr(at_, "stride") ? attr_ints(at_, "stride", sd, 1) : k;
-      auto padding = attr_ints(at_, "padding", sd, 0);
-      auto dilation = attr_ints(at_, "dilation", sd, 1);
-      if (sd == 1) return at::max_pool1d(x, k, stride, padding, dilation, false);
-      if (sd == 2) return at::max_pool2d(x, k, stride, padding, dilation, false);
-      return at::max_pool3d(x, k, stride, padding, dilation, false);
-    }
-    case op_family::avg_pool: {
-      auto k = attr_ints(at_, "kernel_size", sd, 1);
-      auto stride = has_attr(at_, "stride") ? attr_ints(at_, "stride", sd, 1) : k;
-      auto padding = attr_ints(at_, "padding", sd, 0);
-      if (sd == 1) return at::avg_pool1d(x, k, stride, padding, false, true);
-      if (sd == 2) return at::avg_pool2d(x, k, stride, padding, false, true);
-      return at::avg_pool3d(x, k, stride, padding, false, true);
-    }
-    case op_family::adaptive_avg_pool: {
-      auto os = attr_ints(at_, "output_size", sd, 1);
-      if (sd == 1) return at::adaptive_avg_pool1d(x, os);
-      if (sd == 2) return at::adaptive_avg_pool2d(x, os);
-      return at::adaptive_avg_pool3d(x, os);
-    }
-    case op_family::batch_norm:
-      return at::batch_norm(x, opt_arg(a, 1), opt_arg(a, 2), c10::nullopt, c10::nullopt, true,
-                            attr_real(at_, "momentum", 0.1), attr_real(at_, "eps", 1e-5), true);
-    case op_family::instance_norm:
-      return at::instance_norm(x, opt_arg(a, 1), opt_arg(a, 2), c10::nullopt, c10::nullopt, true,
-                               0.1, attr_real(at_, "eps", 1e-5), true);
-    case op_family::group_norm:
-      return at::group_norm(x, attr_int(at_, "num_groups", 1), opt_arg(a, 1), opt_arg(a, 2),
-                            attr_real(at_, "eps", 1e-5), true);
-    case op_family::layer_norm:
-      return at::layer_norm(x, attr_dims(at_, "normalized_shape"), opt_arg(a, 1), opt_arg(a, 2),
-                            attr_real(at_, "eps", 1e-5), true);
-    case op_family::rms_norm: {
-      // at::rms_norm is newer than LibTorch 1.13: the formula of torch.nn.functional.rms_norm.
-      auto ns = attr_dims(at_, "normalized_shape");
-      std::vector<int64_t> dims;
-      for (std::size_t i = 0; i < ns.size(); ++i)
-        dims.push_back(static_cast<int64_t>(x.dim() - ns.size() + i));
-      double eps = attr_real(at_, "eps", rms_default_eps);
-      auto xf = x.to(at::kFloat);
-      auto y = xf * at::rsqrt(xf.pow(2).mean(dims, true) + eps);
-      if (a.size() > 1) y = y * a[1].to(at::kFloat);
-      return y.to(x.scalar_type());
-    }
-    case op_family::softmax:
-      if (n == "softmax") return at::softmax(x, attr_int(at_, "dim", -1));
-      return at::log_softmax(x, attr_int(at_, "dim", -1));
-    case op_family::logsumexp:
-      return at::logsumexp(x, attr_dims(at_, "dim"), attr_bool(at_, "keepdim", false));
-    case op_family::reduce: {
-      bool keep = attr_bool(at_, "keepdim", false);
-      auto dims = attr_dims(at_, "dim");
-      if (dims.empty())
-        for (int64_t i = 0; i < x.dim(); ++i) dims.push_back(i);
-      if (n == "sum") return dims.empty() ? x.sum() : at::sum(x, dims, keep);
-      if (n == "mean") return dims.empty() ? x.mean() : at::mean(x, dims, keep);
-      if (n == "amax") return at::amax(x, dims, keep);
-      if (n == "amin") return at::amin(x, dims, keep);
-      if (n == "prod") {
-        if (has_attr(at_, "dim")) return at::prod(x, attr_int(at_, "dim", 0), keep);
-        auto p = x.prod();
-        return keep ? p.reshape(std::vector<int64_t>(x.dim(), 1)) : p;
-      }
-      break;
-    }
-    case op_family::arg_reduce: {
-      c10::optional<int64_t> dim;
-      if (has_attr(at_, "dim")) dim = attr_int(at_, "dim", 0);
-      bool keep = attr_bool(at_, "keepdim", false);
-      auto r = n == "argmax" ? at::argmax(x, dim, keep) : at::argmin(x, dim, keep);
-      if (!dim && keep) r = r.reshape(std::vector<int64_t>(x.dim(), 1));
-      return r;
-    }
-    case op_family::cumsum: return at::cumsum(x, attr_int(at_, "dim", 0));
-    case op_family::reshape: return x.reshape(op.shape);
-    case op_family::permute: return x.permute(attr_dims(at_, "dims"));
-    case op_family::transpose: return x.transpose(attr_int(at_, "dim0", 0), attr_int(at_, "dim1", 0));
-    case op_family::flatten:
-      return x.flatten(attr_int(at_, "start_dim", 0), attr_int(at_, "end_dim", -1));
-    case op_family::dropout: return x;
+    break;
+  }
+  case op_family::arg_reduce: {
+    c10::optional<int64_t> dim;
+    if (has_attr(at_, "dim")) dim = attr_int(at_, "dim", 0);
+    bool keep = attr_bool(at_, "keepdim", false);
+    auto r = n == "argmax" ? at::argmax(x, dim, keep) : at::argmin(x, dim, keep);
+    if (!dim && keep) r = r.reshape(std::vector<int64_t>(x.dim(), 1));
+    return r;
+  }
+  case op_family::cumsum: return at::cumsum(x, attr_int(at_, "dim", 0));
+  case op_family::reshape: return x.reshape(op.shape);
+  case op_family::permute: return x.permute(attr_dims(at_, "dims"));
+  case op_family::transpose: return x.transpose(attr_int(at_, "dim0", 0), attr_int(at_, "dim1", 0));
+  case op_family::flatten:
+    return x.flatten(attr_int(at_, "start_dim", 0), attr_int(at_, "end_dim", -1));
+  case op_family::dropout: return x;
   }
   throw std::runtime_error("no reference implementation for op '" + op.op + "'");
 }
 
 double finfo_eps(dtype t) {
   switch (t) {
-    case dtype::float32: return std::numeric_limits<float>::epsilon();
-    case dtype::float16: return 0.0009765625;
-    case dtype::bfloat16: return 0.0078125;
+  case dtype::float32: return std::numeric_limits<float>::epsilon();
+  case dtype::float16: return 0.0009765625;
+  case dtype::bfloat16: return 0.0078125;
   }
   return 1e-6;
 }
@@ -275,7 +274,8 @@ std::vector<at::Tensor> make_inputs(const task& t, uint64_t seed, c10::Device de
   return draw_all(t, t.inputs, seed, device);
 }
 
-expected<std::vector<at::Tensor>> run_reference(const task& t, const std::vector<at::Tensor>& inputs,
+expected<std::vector<at::Tensor>> run_reference(const task& t,
+                                                const std::vector<at::Tensor>& inputs,
                                                 const std::vector<at::Tensor>& params) {
   if (inputs.size() != t.inputs.size() || params.size() != t.params.size())
     return error{"task '" + t.name + "': reference given " + std::to_string(inputs.size()) +
@@ -294,7 +294,9 @@ expected<std::vector<at::Tensor>> run_reference(const task& t, const std::vector
   for (std::size_t i = 0; i < t.ops.size(); ++i) {
     const auto& op = t.ops[i];
     const op_info* info = find_op(op.op);
-    if (!info) return error{"task '" + t.name + "': ops[" + std::to_string(i) + "]: unknown op '" + op.op + "'"};
+    if (!info)
+      return error{"task '" + t.name + "': ops[" + std::to_string(i) + "]: unknown op '" + op.op +
+                   "'"};
     std::vector<at::Tensor> args;
     for (const auto& name : op.args) args.push_back(lookup(name));
     try {
@@ -324,9 +326,11 @@ void synchronize(c10::Device device) {
 expected<c10::Device> parse_device(const std::string& name) {
   try {
     c10::Device d(name);
-    if (!d.is_cpu() && !d.is_cuda()) return error{"device '" + name + "': expected cpu or cuda[:N]"};
+    if (!d.is_cpu() && !d.is_cuda())
+      return error{"device '" + name + "': expected cpu or cuda[:N]"};
     if (d.is_cuda()) {
-      if (!at::hasCUDA()) return error{"device '" + name + "': this LibTorch has no usable CUDA device"};
+      if (!at::hasCUDA())
+        return error{"device '" + name + "': this LibTorch has no usable CUDA device"};
       if (!d.has_index()) d = c10::Device(c10::kCUDA, 0);
     }
     return d;

@@ -23,7 +23,8 @@ std::vector<at::Tensor> make_inputs(const task& t, uint64_t seed, c10::Device de
 // Runs the op graph; returns the task outputs in `outputs` order (contiguous; argmax/argmin as
 // int64). On CPU, float16/bfloat16 tasks compute in float32 and round the results to the dtype.
 // TF32 is disabled: the reference is exact fp32. Errors (a LibTorch exception) name the op.
-expected<std::vector<at::Tensor>> run_reference(const task& t, const std::vector<at::Tensor>& inputs,
+expected<std::vector<at::Tensor>> run_reference(const task& t,
+                                                const std::vector<at::Tensor>& inputs,
                                                 const std::vector<at::Tensor>& params);
 
 // Blocks until queued work on `device` is done (a no-op on CPU).

@@ -26,13 +26,16 @@ public:
     uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
     uint64_t limit = UINT64_MAX - UINT64_MAX % span;
     uint64_t x;
-    do x = g_(); while (x >= limit);
+    do x = g_();
+    while (x >= limit);
     return lo + static_cast<int64_t>(x % span);
   }
   double real() { return static_cast<double>(g_() >> 11) * 0x1.0p-53; }
   bool chance(double p) { return real() < p; }
   template <class T>
-  T pick(const std::vector<T>& v) { return v[static_cast<std::size_t>(range(0, static_cast<int64_t>(v.size()) - 1))]; }
+  T pick(const std::vector<T>& v) {
+    return v[static_cast<std::size_t>(range(0, static_cast<int64_t>(v.size()) - 1))];
+  }
   // Index drawn with the given weights (some may be 0).
   std::size_t weighted(const std::vector<double>& w) {
     double total = 0;
@@ -103,7 +106,9 @@ public:
     value cur;
     int heavy;
   };
-  mark save() const { return {t.inputs.size(), t.params.size(), t.ops.size(), pool.size(), cur, heavy}; }
+  mark save() const {
+    return {t.inputs.size(), t.params.size(), t.ops.size(), pool.size(), cur, heavy};
+  }
   void restore(const mark& m) {
     t.inputs.resize(m.inputs);
     t.params.resize(m.params);
@@ -142,7 +147,9 @@ public:
     return name;
   }
 
-  const shape_t& shape_of(const std::string& name) const { return value_shape(t, find_value(t, name)); }
+  const shape_t& shape_of(const std::string& name) const {
+    return value_shape(t, find_value(t, name));
+  }
 
   // Appends `op` if its shape infers and no dimension or tensor gets out of bounds.
   bool emit(const std::string& op, const std::vector<std::string>& args, const attr_map& attrs,
@@ -187,19 +194,19 @@ attr_value ints_attr(const std::vector<int64_t>& v) {
 shape_t shape_for(rng_t& r, std::size_t rank, int64_t target) {
   shape_t tail;
   switch (rank) {
-    case 1: return {target};
-    case 2: tail = {r.dim(16, 4096)}; break;
-    case 3: tail = {r.dim(2, 128), r.dim(16, 1024)}; break;
-    case 4: {
-      int64_t h = r.dim(4, 64);
-      tail = {r.dim(2, 64), h, r.chance(0.8) ? h : r.dim(4, 64)};
-      break;
-    }
-    default: {
-      int64_t s = r.dim(2, 16);
-      tail = {r.dim(2, 32), s, r.chance(0.7) ? s : r.dim(2, 16), r.chance(0.7) ? s : r.dim(2, 16)};
-      break;
-    }
+  case 1: return {target};
+  case 2: tail = {r.dim(16, 4096)}; break;
+  case 3: tail = {r.dim(2, 128), r.dim(16, 1024)}; break;
+  case 4: {
+    int64_t h = r.dim(4, 64);
+    tail = {r.dim(2, 64), h, r.chance(0.8) ? h : r.dim(4, 64)};
+    break;
+  }
+  default: {
+    int64_t s = r.dim(2, 16);
+    tail = {r.dim(2, 32), s, r.chance(0.7) ? s : r.dim(2, 16), r.chance(0.7) ? s : r.dim(2, 16)};
+    break;
+  }
   }
   while (numel(tail) > target) {
     auto it = std::max_element(tail.begin(), tail.end());
@@ -214,9 +221,10 @@ shape_t shape_for(rng_t& r, std::size_t rank, int64_t target) {
 
 bool ep_unary(builder& b) {
   const value c = b.cur;
-  std::vector<std::string> ops = {"relu", "leaky_relu", "sigmoid", "tanh", "gelu", "silu",
-                                  "mish", "hardswish", "hardsigmoid", "hardtanh", "elu", "selu",
-                                  "softplus", "softsign", "abs", "neg", "clamp"};
+  std::vector<std::string> ops = {"relu", "leaky_relu", "sigmoid",   "tanh",        "gelu",
+                                  "silu", "mish",       "hardswish", "hardsigmoid", "hardtanh",
+                                  "elu",  "selu",       "softplus",  "softsign",    "abs",
+                                  "neg",  "clamp"};
   if (c.mag <= 15) ops.push_back("exp");
   if (c.positive) {
     ops.push_back("log");
@@ -247,7 +255,8 @@ bool ep_unary(builder& b) {
   } else if (op == "hardsigmoid") {
     mag = 1, nonneg = true;
   } else if (op == "hardtanh") {
-    auto range = r.pick<std::pair<double, double>>({{-1, 1}, {-1, 1}, {-0.5, 0.5}, {-2, 2}, {0, 6}});
+    auto range =
+        r.pick<std::pair<double, double>>({{-1, 1}, {-1, 1}, {-0.5, 0.5}, {-2, 2}, {0, 6}});
     if (range.first != -1 || range.second != 1) {
       a["min_val"] = range.first;
       a["max_val"] = range.second;
@@ -262,17 +271,18 @@ bool ep_unary(builder& b) {
   } else if (op == "softplus") {
     double beta = 1;
     switch (r.range(0, 3)) {
-      case 1: a["beta"] = beta = 2.0; break;
-      case 2: a["beta"] = beta = 0.5; break;
-      case 3: a["threshold"] = 10.0; break;
-      default: break;
+    case 1: a["beta"] = beta = 2.0; break;
+    case 2: a["beta"] = beta = 0.5; break;
+    case 3: a["threshold"] = 10.0; break;
+    default: break;
     }
     mag = mag + 1, nonneg = true, positive = c.mag * beta < 80;
   } else if (op == "abs") {
     nonneg = true, positive = c.positive;
   } else if (op == "neg") {
   } else if (op == "clamp") {
-    auto range = r.pick<std::pair<double, double>>({{-1, 1}, {0, 1}, {-0.5, 0.5}, {0, 6}, {0, 1e30}, {-1e30, 1}});
+    auto range = r.pick<std::pair<double, double>>(
+        {{-1, 1}, {0, 1}, {-0.5, 0.5}, {0, 6}, {0, 1e30}, {-1e30, 1}});
     if (range.first > -1e30) a["min"] = range.first;
     if (range.second < 1e30) a["max"] = range.second;
     if (range.second < 1e30) mag = std::max(-range.first, range.second);
@@ -292,7 +302,8 @@ bool ep_unary(builder& b) {
 bool ep_scalar(builder& b) {
   const value c = b.cur;
   rng_t& r = b.r;
-  static const std::vector<std::string> ops = {"add", "sub", "mul", "div", "maximum", "minimum", "pow"};
+  static const std::vector<std::string> ops = {"add",     "sub",     "mul", "div",
+                                               "maximum", "minimum", "pow"};
   std::string op = ops[r.weighted({3, 2, 3, 2, 1, 1, 2})];
   double s = 0, mag = c.mag;
   bool nonneg = false, positive = false;
@@ -344,8 +355,8 @@ bool ep_param(builder& b) {
   static const std::vector<std::string> ops = {"add", "mul", "sub", "maximum", "minimum"};
   std::string op = ops[r.weighted({4, 3, 1, 0.5, 0.5})];
   bool uniform = op == "mul" && r.chance(0.5);
-  std::string p = b.param(op == "mul" ? "scale" : "bias", ps,
-                          uniform ? init_kind::uniform : init_kind::normal);
+  std::string p =
+      b.param(op == "mul" ? "scale" : "bias", ps, uniform ? init_kind::uniform : init_kind::normal);
   double mag = op == "mul" ? c.mag * (uniform ? 1 : 4) : c.mag + 4;
   bool nonneg = (op == "mul" && uniform && c.nonneg);
   return b.emit(op, {c.name, p}, {}, mag, nonneg, false);
@@ -385,7 +396,8 @@ bool ep_residual(builder& b) {
   } else if (op == "sub") {
     mag = c.mag + other.mag, nonneg = positive = false;
   } else if (op == "mul") {
-    mag = c.mag * other.mag, nonneg = c.nonneg && other.nonneg, positive = c.positive && other.positive;
+    mag = c.mag * other.mag, nonneg = c.nonneg && other.nonneg,
+    positive = c.positive && other.positive;
   } else if (op == "maximum") {
     mag = std::max(c.mag, other.mag), nonneg = c.nonneg || other.nonneg;
     positive = c.positive || other.positive;
@@ -457,24 +469,24 @@ bool ep_pool(builder& b) {
   std::string op;
   std::size_t kind = r.weighted({4, 3, 2}); // max, avg, adaptive
   switch (kind) {
-    case 0:
-    case 1: {
-      bool is_max = kind == 0;
-      op = (is_max ? "max_pool" : "avg_pool") + sd;
-      int64_t k = std::min<int64_t>(r.pick<int64_t>({2, 2, 3}), minsp);
-      a["kernel_size"] = k;
-      if (r.chance(0.3)) a["stride"] = r.pick<int64_t>({1, 2});
-      int64_t pad = (k >= 2 && r.chance(0.2)) ? 1 : 0;
-      if (pad) a["padding"] = pad;
-      if (is_max && r.chance(0.1) && 2 * (k - 1) + 1 <= minsp + 2 * pad) a["dilation"] = int64_t{2};
-      break;
-    }
-    default: {
-      op = "adaptive_avg_pool" + sd;
-      int64_t os = r.pick<int64_t>({1, 1, 2, 4});
-      a["output_size"] = os <= minsp ? os : int64_t{1};
-      break;
-    }
+  case 0:
+  case 1: {
+    bool is_max = kind == 0;
+    op = (is_max ? "max_pool" : "avg_pool") + sd;
+    int64_t k = std::min<int64_t>(r.pick<int64_t>({2, 2, 3}), minsp);
+    a["kernel_size"] = k;
+    if (r.chance(0.3)) a["stride"] = r.pick<int64_t>({1, 2});
+    int64_t pad = (k >= 2 && r.chance(0.2)) ? 1 : 0;
+    if (pad) a["padding"] = pad;
+    if (is_max && r.chance(0.1) && 2 * (k - 1) + 1 <= minsp + 2 * pad) a["dilation"] = int64_t{2};
+    break;
+  }
+  default: {
+    op = "adaptive_avg_pool" + sd;
+    int64_t os = r.pick<int64_t>({1, 1, 2, 4});
+    a["output_size"] = os <= minsp ? os : int64_t{1};
+    break;
+  }
   }
   return b.emit(op, {c.name}, a, c.mag, c.nonneg, c.positive);
 }
@@ -489,7 +501,7 @@ bool ep_reduce(builder& b, bool last) {
   for (std::size_t i = 0; i < rank; ++i)
     if (s[i] >= 2) dims.push_back(static_cast<int64_t>(i));
   if (dims.empty()) return false;
-  static const std::vector<std::string> ops = {"sum", "mean", "amax", "amin", "logsumexp",
+  static const std::vector<std::string> ops = {"sum",  "mean",   "amax",   "amin",  "logsumexp",
                                                "prod", "cumsum", "argmax", "argmin"};
   std::string op = ops[r.weighted({3, 3, 2, 1, 2, 0.5, 1, last ? 1.0 : 0.0, last ? 0.5 : 0.0})];
   // Reductions that cancel the previous op make constant outputs: sum of a softmax over its dim,
@@ -582,7 +594,8 @@ bool ep_layout(builder& b, bool copy_only) {
   } else if (kind == 2) {
     op = "flatten";
     int64_t start = r.chance(0.7) ? 1 : r.range(0, static_cast<int64_t>(rank) - 2);
-    int64_t end = r.chance(0.7) ? static_cast<int64_t>(rank) - 1 : r.range(start + 1, static_cast<int64_t>(rank) - 1);
+    int64_t end = r.chance(0.7) ? static_cast<int64_t>(rank) - 1
+                                : r.range(start + 1, static_cast<int64_t>(rank) - 1);
     if (start != 0) a["start_dim"] = start;
     if (end != static_cast<int64_t>(rank) - 1) a["end_dim"] = end;
   } else if (kind == 3) {
@@ -683,7 +696,8 @@ bool head_matmul(builder& b, bool bmm) {
   }
   value x = b.input(as, ik), y = b.input(bs, ik);
   bool centered = ik == init_kind::normal;
-  double mag = x.mag * y.mag * (centered ? std::sqrt(static_cast<double>(k)) : static_cast<double>(k)) / 4;
+  double mag =
+      x.mag * y.mag * (centered ? std::sqrt(static_cast<double>(k)) : static_cast<double>(k)) / 4;
   return b.emit(bmm ? "bmm" : "matmul", {x.name, y.name}, {}, mag, !centered, false);
 }
 
@@ -721,7 +735,8 @@ bool head_conv(builder& b, int d, bool transposed) {
   int64_t outpad = (transposed && stride > 1 && r.chance(0.3)) ? stride - 1 : 0;
   attr_map a;
   if (stride != 1) a["stride"] = stride;
-  if (std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p != 0; })) a["padding"] = ints_attr(pad);
+  if (std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p != 0; }))
+    a["padding"] = ints_attr(pad);
   if (dil != 1) a["dilation"] = dil;
   if (groups != 1) a["groups"] = groups;
   if (outpad) a["output_padding"] = outpad;
@@ -735,7 +750,8 @@ bool head_conv(builder& b, int d, bool transposed) {
     ws.insert(ws.end(), k.begin(), k.end());
     auto out = infer_shape(*info, {xs, ws}, a);
     if (!out) return false;
-    int64_t macs = transposed ? numel(xs) * (cout / groups) * kd : numel(*out) * (cin / groups) * kd;
+    int64_t macs =
+        transposed ? numel(xs) * (cout / groups) * kd : numel(*out) * (cin / groups) * kd;
     if (macs > b.o.max_macs) {
       auto big = std::max_element(size.begin(), size.end());
       if (n > 1 && (n >= *big || *big <= 2 * dil * k0)) {
@@ -770,60 +786,63 @@ bool head_on_input(builder& b, std::size_t rank, bool last, int kind) {
   rng_t& r = b.r;
   b.cur = b.input(shape_for(r, rank, r.log_range(b.o.min_elements, b.o.max_elements)));
   switch (kind) {
-    case 0: { // unary or binary
-      double u = r.real();
-      if (u < 0.65) return ep_unary(b);
-      if (u < 0.8) return ep_scalar(b);
-      if (u < 0.9 || rank < 2) return ep_residual(b);
-      return ep_param(b);
-    }
-    case 1: {
-      static const std::vector<std::string> norms = {"batch_norm", "group_norm", "layer_norm",
-                                                     "instance_norm", "rms_norm"};
-      return ep_norm(b, r.pick(norms));
-    }
-    case 2: return ep_reduce(b, last);
-    case 3: return ep_softmax(b);
-    case 4: return ep_pool(b);
-    default: return ep_layout(b, true); // a lone reshape would be a view: only ops that move data
+  case 0: { // unary or binary
+    double u = r.real();
+    if (u < 0.65) return ep_unary(b);
+    if (u < 0.8) return ep_scalar(b);
+    if (u < 0.9 || rank < 2) return ep_residual(b);
+    return ep_param(b);
+  }
+  case 1: {
+    static const std::vector<std::string> norms = {"batch_norm", "group_norm", "layer_norm",
+                                                   "instance_norm", "rms_norm"};
+    return ep_norm(b, r.pick(norms));
+  }
+  case 2: return ep_reduce(b, last);
+  case 3: return ep_softmax(b);
+  case 4: return ep_pool(b);
+  default: return ep_layout(b, true); // a lone reshape would be a view: only ops that move data
   }
 }
 
 bool make_head(builder& b, bool last) {
   rng_t& r = b.r;
-  // linear, matmul, bmm, conv1-3d, conv_transpose1-3d, elementwise, norm, reduce, softmax, pool, layout
+  // linear, matmul, bmm, conv1-3d, conv_transpose1-3d, elementwise, norm, reduce, softmax, pool,
+  // layout
   switch (r.weighted({12, 5, 3, 3, 9, 3, 2, 4, 2, 9, 7, 6, 3, 5, 1})) {
-    case 0: return head_linear(b);
-    case 1: return head_matmul(b, false);
-    case 2: return head_matmul(b, true);
-    case 3: return head_conv(b, 1, false);
-    case 4: return head_conv(b, 2, false);
-    case 5: return head_conv(b, 3, false);
-    case 6: return head_conv(b, 1, true);
-    case 7: return head_conv(b, 2, true);
-    case 8: return head_conv(b, 3, true);
-    case 9: return head_on_input(b, static_cast<std::size_t>(r.pick<int64_t>({1, 2, 2, 3, 4})), last, 0);
-    case 10: return head_on_input(b, static_cast<std::size_t>(r.pick<int64_t>({2, 3, 4, 4, 5})), last, 1);
-    case 11: return head_on_input(b, static_cast<std::size_t>(r.range(2, 4)), last, 2);
-    case 12: return head_on_input(b, static_cast<std::size_t>(r.range(2, 3)), last, 3);
-    case 13: return head_on_input(b, static_cast<std::size_t>(r.range(3, 5)), last, 4);
-    default: return head_on_input(b, static_cast<std::size_t>(r.range(3, 4)), last, 5);
+  case 0: return head_linear(b);
+  case 1: return head_matmul(b, false);
+  case 2: return head_matmul(b, true);
+  case 3: return head_conv(b, 1, false);
+  case 4: return head_conv(b, 2, false);
+  case 5: return head_conv(b, 3, false);
+  case 6: return head_conv(b, 1, true);
+  case 7: return head_conv(b, 2, true);
+  case 8: return head_conv(b, 3, true);
+  case 9:
+    return head_on_input(b, static_cast<std::size_t>(r.pick<int64_t>({1, 2, 2, 3, 4})), last, 0);
+  case 10:
+    return head_on_input(b, static_cast<std::size_t>(r.pick<int64_t>({2, 3, 4, 4, 5})), last, 1);
+  case 11: return head_on_input(b, static_cast<std::size_t>(r.range(2, 4)), last, 2);
+  case 12: return head_on_input(b, static_cast<std::size_t>(r.range(2, 3)), last, 3);
+  case 13: return head_on_input(b, static_cast<std::size_t>(r.range(3, 5)), last, 4);
+  default: return head_on_input(b, static_cast<std::size_t>(r.range(3, 4)), last, 5);
   }
 }
 
 bool add_epilogue(builder& b, bool last) {
   // unary, scalar, param, residual, norm, pool, reduce, softmax, layout, heavy
   switch (b.r.weighted({30, 14, 8, 6, 9, 6, 9, 4, 4, 4})) {
-    case 0: return ep_unary(b);
-    case 1: return ep_scalar(b);
-    case 2: return ep_param(b);
-    case 3: return ep_residual(b);
-    case 4: return ep_norm(b);
-    case 5: return ep_pool(b);
-    case 6: return ep_reduce(b, last);
-    case 7: return ep_softmax(b);
-    case 8: return ep_layout(b, false);
-    default: return ep_heavy(b);
+  case 0: return ep_unary(b);
+  case 1: return ep_scalar(b);
+  case 2: return ep_param(b);
+  case 3: return ep_residual(b);
+  case 4: return ep_norm(b);
+  case 5: return ep_pool(b);
+  case 6: return ep_reduce(b, last);
+  case 7: return ep_softmax(b);
+  case 8: return ep_layout(b, false);
+  default: return ep_heavy(b);
   }
 }
 
@@ -837,14 +856,14 @@ int pick_length(rng_t& r, int max_ops) {
 
 const char* to_string(reject_reason r) {
   switch (r) {
-    case reject_reason::shape: return "shape";
-    case reject_reason::reference_error: return "reference_error";
-    case reject_reason::non_finite: return "non_finite";
-    case reject_reason::degenerate: return "degenerate";
-    case reject_reason::too_fast: return "too_fast";
-    case reject_reason::too_slow: return "too_slow";
-    case reject_reason::duplicate_of_suite: return "duplicate_of_suite";
-    case reject_reason::duplicate_in_set: return "duplicate_in_set";
+  case reject_reason::shape: return "shape";
+  case reject_reason::reference_error: return "reference_error";
+  case reject_reason::non_finite: return "non_finite";
+  case reject_reason::degenerate: return "degenerate";
+  case reject_reason::too_fast: return "too_fast";
+  case reject_reason::too_slow: return "too_slow";
+  case reject_reason::duplicate_of_suite: return "duplicate_of_suite";
+  case reject_reason::duplicate_in_set: return "duplicate_in_set";
   }
   return "?";
 }
@@ -919,10 +938,13 @@ expected<task> synthesizer::next(int64_t index) {
     return t;
   }
   return error{"synth: no new well-typed structure in " + std::to_string(opts_.max_attempts) +
-               " draws (max_ops " + std::to_string(opts_.max_ops) + "): the structure space looks exhausted"};
+               " draws (max_ops " + std::to_string(opts_.max_ops) +
+               "): the structure space looks exhausted"};
 }
 
-void synthesizer::reject(const task& t, reject_reason r) { count(r, t.ops.empty() ? "" : t.ops[0].op); }
+void synthesizer::reject(const task& t, reject_reason r) {
+  count(r, t.ops.empty() ? "" : t.ops[0].op);
+}
 
 void synthesizer::accept(const task& t, double eager_ms) {
   produced_.insert(structure_hash(t));
@@ -977,11 +999,14 @@ nlohmann::json synth_stats::to_json() const {
   if (!eager_ms.empty()) {
     auto ms = eager_ms;
     std::sort(ms.begin(), ms.end());
-    auto q = [&](double p) { return ms[static_cast<std::size_t>(p * static_cast<double>(ms.size() - 1))]; };
+    auto q = [&](double p) {
+      return ms[static_cast<std::size_t>(p * static_cast<double>(ms.size() - 1))];
+    };
     double sum = 0;
     for (double x : ms) sum += x;
-    j["eager_ms"] = {{"min", ms.front()}, {"p10", q(0.1)}, {"median", q(0.5)}, {"p90", q(0.9)},
-                     {"max", ms.back()}, {"mean", sum / static_cast<double>(ms.size())}};
+    j["eager_ms"] = {{"min", ms.front()}, {"p10", q(0.1)},
+                     {"median", q(0.5)},  {"p90", q(0.9)},
+                     {"max", ms.back()},  {"mean", sum / static_cast<double>(ms.size())}};
   }
   return j;
 }

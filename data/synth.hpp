@@ -1,5 +1,5 @@
-// Dataset synthesis, generator side: seed -> random compositions of v1 seed operators (a head op and
-// epilogues, each shape-checked) -> dedup by structure_hash -> candidate tasks and statistics.
+// Dataset synthesis, generator side: seed -> random compositions of v1 seed operators (a head op
+// and epilogues, each shape-checked) -> dedup by structure_hash -> candidate tasks and statistics.
 // No LibTorch here; the eager filters (reference run, finiteness, degeneracy, time window) are in
 // synth_filter, and `kiln synth` (actors/cmd_synth.cpp) drives both.
 #pragma once
@@ -33,13 +33,13 @@ const char* to_string(reject_reason r); // the snake_case names above
 
 struct synth_options {
   uint64_t seed = 1;
-  int max_ops = 5;           // longest composition (1-8)
-  int max_attempts = 20000;  // candidates drawn for one task before next() gives up
+  int max_ops = 5;          // longest composition (1-8)
+  int max_attempts = 20000; // candidates drawn for one task before next() gives up
   // Size budgets keep the eager reference on CPU in roughly 0.05-50 ms.
   int64_t min_elements = int64_t{1} << 16; // input numel of elementwise / norm / pool heads
   int64_t max_elements = int64_t{1} << 21;
-  int64_t max_tensor = int64_t{1} << 23;   // no intermediate larger than this (numel)
-  int64_t min_macs = int64_t{1} << 19;     // multiply-accumulates of a GEMM / conv head
+  int64_t max_tensor = int64_t{1} << 23; // no intermediate larger than this (numel)
+  int64_t min_macs = int64_t{1} << 19;   // multiply-accumulates of a GEMM / conv head
   int64_t max_macs = int64_t{1} << 25;
 };
 

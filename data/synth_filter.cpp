@@ -49,7 +49,9 @@ filter_verdict filter_task(const task& t, const filter_options& opts) {
     warm->clear();
     // A warm-up far above the window needs no timed runs to be called too slow.
     if (opts.max_ms > 0 && warm_ms > 4 * opts.max_ms)
-      return reject(reject_reason::too_slow, ms_text("eager %.3f ms (warm-up) above %.3f ms", warm_ms, opts.max_ms), warm_ms);
+      return reject(reject_reason::too_slow,
+                    ms_text("eager %.3f ms (warm-up) above %.3f ms", warm_ms, opts.max_ms),
+                    warm_ms);
     std::vector<double> ms;
     for (int i = 0; i < std::max(1, opts.timing_runs); ++i) {
       auto t1 = std::chrono::steady_clock::now();
@@ -60,16 +62,19 @@ filter_verdict filter_task(const task& t, const filter_options& opts) {
     std::sort(ms.begin(), ms.end());
     double median = ms[ms.size() / 2];
     if (median < opts.min_ms)
-      return reject(reject_reason::too_fast, ms_text("eager %.4f ms below %.4f ms", median, opts.min_ms), median);
+      return reject(reject_reason::too_fast,
+                    ms_text("eager %.4f ms below %.4f ms", median, opts.min_ms), median);
     if (opts.max_ms > 0 && median > opts.max_ms)
-      return reject(reject_reason::too_slow, ms_text("eager %.3f ms above %.3f ms", median, opts.max_ms), median);
+      return reject(reject_reason::too_slow,
+                    ms_text("eager %.3f ms above %.3f ms", median, opts.max_ms), median);
     inputs.clear();
     params.clear();
     auto deg = check_degeneracy(t, opts.device, opts.degeneracy_seeds);
     if (!deg) return reject(reject_reason::reference_error, deg.message(), median);
     if (deg->degenerate) {
       bool nan = deg->reason.find("NaN or Inf") != std::string::npos;
-      return reject(nan ? reject_reason::non_finite : reject_reason::degenerate, deg->reason, median);
+      return reject(nan ? reject_reason::non_finite : reject_reason::degenerate, deg->reason,
+                    median);
     }
     filter_verdict v;
     v.ok = true;

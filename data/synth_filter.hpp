@@ -1,4 +1,5 @@
-// Eager filters of the synthesis pipeline: candidate task -> reference runs on the device (LibTorch)
+// Eager filters of the synthesis pipeline: candidate task -> reference runs on the device
+// (LibTorch)
 // -> accepted with its eager time, or a reject_reason. Cheapest checks first, so most rejections
 // cost one reference run.
 #pragma once

@@ -15,7 +15,8 @@ std::string where(const task& t) {
 status check_decl(const task& t, const tensor_decl& d, const char* section, std::size_t i,
                   const check_limits& lim) {
   std::string at = where(t) + ": " + section + "[" + std::to_string(i) + "] ('" + d.name + "')";
-  if (d.shape.size() > 8) return error{at + ": shape: rank " + std::to_string(d.shape.size()) + " exceeds 8"};
+  if (d.shape.size() > 8)
+    return error{at + ": shape: rank " + std::to_string(d.shape.size()) + " exceeds 8"};
   for (auto s : d.shape)
     if (s < 1 || s > lim.max_dim)
       return error{at + ": shape: dimension " + std::to_string(s) + " out of range [1, " +
@@ -27,9 +28,7 @@ status check_decl(const task& t, const tensor_decl& d, const char* section, std:
   return ok();
 }
 
-bool checked_mul(int64_t a, int64_t b, int64_t& out) {
-  return !__builtin_mul_overflow(a, b, &out);
-}
+bool checked_mul(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_overflow(a, b, &out); }
 
 } // namespace
 
@@ -75,7 +74,8 @@ status check_task(task& t, const check_limits& lim) {
     std::string at = where(t) + ": inputs[" + std::to_string(i) + "]";
     if (auto s = define(t.inputs[i].name, at); !s) return s;
     if (auto s = check_decl(t, t.inputs[i], "inputs", i, lim); !s) return s;
-    if (t.inputs[i].init == init_kind::kaiming_uniform || t.inputs[i].init == init_kind::bias_uniform)
+    if (t.inputs[i].init == init_kind::kaiming_uniform ||
+        t.inputs[i].init == init_kind::bias_uniform)
       return error{at + ": init: " + to_string(t.inputs[i].init) + " is for params, not inputs"};
   }
   if (t.inputs.empty()) return error{where(t) + ": inputs: a task needs at least one input"};
@@ -97,7 +97,8 @@ status check_task(task& t, const check_limits& lim) {
   }
   for (std::size_t i = 0; i < t.ops.size(); ++i) {
     auto& op = t.ops[i];
-    std::string at = where(t) + ": ops[" + std::to_string(i) + "] (" + op.op + " -> '" + op.out + "')";
+    std::string at =
+        where(t) + ": ops[" + std::to_string(i) + "] (" + op.op + " -> '" + op.out + "')";
     const op_info* info = find_op(op.op);
     if (!info) return error{at + ": op: unknown op '" + op.op + "'"};
     std::vector<shape_t> shapes;
@@ -133,7 +134,8 @@ status check_task(task& t, const check_limits& lim) {
   int64_t bytes = task_bytes(t);
   if (bytes > lim.memory_budget_bytes)
     return error{where(t) + ": shape: tensors need " +
-                 (bytes == INT64_MAX ? std::string("more than 2^63") : std::to_string(bytes >> 20) + " MiB") +
+                 (bytes == INT64_MAX ? std::string("more than 2^63")
+                                     : std::to_string(bytes >> 20) + " MiB") +
                  " in all, over the memory budget of " +
                  std::to_string(lim.memory_budget_bytes >> 20) + " MiB"};
   return ok();

@@ -64,7 +64,8 @@ std::string canonical(const task& t, bool with_sizes) {
   // declaration order for content (it fixes which random values each gets) but in order of first
   // use for structure (the same graph written with params listed differently is the same graph).
   std::map<std::string, std::string> rename;
-  for (std::size_t i = 0; i < t.inputs.size(); ++i) rename[t.inputs[i].name] = "i" + std::to_string(i);
+  for (std::size_t i = 0; i < t.inputs.size(); ++i)
+    rename[t.inputs[i].name] = "i" + std::to_string(i);
   std::vector<std::size_t> param_order;
   if (with_sizes) {
     for (std::size_t i = 0; i < t.params.size(); ++i) param_order.push_back(i);
@@ -84,7 +85,8 @@ std::string canonical(const task& t, bool with_sizes) {
   }
   for (std::size_t k = 0; k < param_order.size(); ++k)
     rename.emplace(t.params[param_order[k]].name, "p" + std::to_string(k));
-  for (std::size_t i = 0; i < t.ops.size(); ++i) rename.emplace(t.ops[i].out, "o" + std::to_string(i));
+  for (std::size_t i = 0; i < t.ops.size(); ++i)
+    rename.emplace(t.ops[i].out, "o" + std::to_string(i));
   auto name_of = [&](const std::string& n) {
     auto it = rename.find(n);
     return it == rename.end() ? "?" + n : it->second;
@@ -113,7 +115,8 @@ std::string canonical(const task& t, bool with_sizes) {
     bool first = true;
     for (const auto& [key, value] : op.attrs) { // attr_map is ordered: canonical order
       attr_value v = canonical_attr(info, key, value);
-      s += (first ? "" : ",") + key + "=" + (with_sizes ? to_string(v) : size_free_attr(key, v, info));
+      s += (first ? "" : ",") + key + "=" +
+           (with_sizes ? to_string(v) : size_free_attr(key, v, info));
       first = false;
     }
     s += "}\n";

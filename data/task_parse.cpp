@@ -34,7 +34,8 @@ void check_keys(const json& obj, const std::string& at, std::initializer_list<co
     if (!found) {
       std::string list;
       for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-      fail(at.empty() ? it.key() : at + "." + it.key(), "unknown key (expected one of: " + list + ")");
+      fail(at.empty() ? it.key() : at + "." + it.key(),
+           "unknown key (expected one of: " + list + ")");
     }
   }
 }
@@ -63,14 +64,16 @@ double real(const json& j, const std::string& at) {
 shape_t shape(const json& j, const std::string& at) {
   if (!j.is_array()) fail(at, "expected a list of integers, got " + type_name(j));
   shape_t s;
-  for (std::size_t i = 0; i < j.size(); ++i) s.push_back(integer(j[i], at + "[" + std::to_string(i) + "]"));
+  for (std::size_t i = 0; i < j.size(); ++i)
+    s.push_back(integer(j[i], at + "[" + std::to_string(i) + "]"));
   return s;
 }
 
 std::vector<std::string> strings(const json& j, const std::string& at) {
   if (!j.is_array()) fail(at, "expected a list of strings, got " + type_name(j));
   std::vector<std::string> out;
-  for (std::size_t i = 0; i < j.size(); ++i) out.push_back(str(j[i], at + "[" + std::to_string(i) + "]"));
+  for (std::size_t i = 0; i < j.size(); ++i)
+    out.push_back(str(j[i], at + "[" + std::to_string(i) + "]"));
   return out;
 }
 
@@ -83,12 +86,12 @@ dtype parse_dtype(const std::string& s, const std::string& at) {
 
 void parse_init(const std::string& s, tensor_decl& d, const std::string& at) {
   static const std::pair<const char*, init_kind> kinds[] = {
-    {"uniform", init_kind::uniform},
-    {"normal", init_kind::normal},
-    {"ones", init_kind::ones},
-    {"zeros", init_kind::zeros},
-    {"kaiming_uniform", init_kind::kaiming_uniform},
-    {"bias_uniform", init_kind::bias_uniform},
+      {"uniform", init_kind::uniform},
+      {"normal", init_kind::normal},
+      {"ones", init_kind::ones},
+      {"zeros", init_kind::zeros},
+      {"kaiming_uniform", init_kind::kaiming_uniform},
+      {"bias_uniform", init_kind::bias_uniform},
   };
   for (const auto& [name, kind] : kinds)
     if (s == name) {
@@ -107,7 +110,8 @@ void parse_init(const std::string& s, tensor_decl& d, const std::string& at) {
     fail(at, "malformed '" + s + "' (expected randint:LO:HI with LO < HI)");
   }
   fail(at, "unknown init '" + s +
-             "' (expected uniform, normal, randint:LO:HI, ones, zeros, kaiming_uniform, bias_uniform)");
+               "' (expected uniform, normal, randint:LO:HI, ones, zeros, kaiming_uniform, "
+               "bias_uniform)");
 }
 
 tensor_decl parse_decl(const json& j, const std::string& at, bool is_param) {
@@ -139,8 +143,9 @@ attr_value parse_attr(const json& j, const std::string& at) {
 }
 
 task parse(const json& j, const std::string& origin) {
-  check_keys(j, "", {"name", "level", "dtype", "outputs", "tolerance", "inputs", "params", "ops",
-                     "description"});
+  check_keys(
+      j, "",
+      {"name", "level", "dtype", "outputs", "tolerance", "inputs", "params", "ops", "description"});
   task t;
   t.origin = origin;
   t.name = str(need(j, "name", ""), "name");
@@ -238,8 +243,8 @@ expected<task> task_from_toml(const std::string& text, const std::string& origin
     tbl = toml::parse(text, origin);
   } catch (const toml::parse_error& e) {
     return error{origin + ":" + std::to_string(e.source().begin.line) + ":" +
-                 std::to_string(e.source().begin.column) + ": TOML syntax error: " +
-                 std::string(e.description())};
+                 std::to_string(e.source().begin.column) +
+                 ": TOML syntax error: " + std::string(e.description())};
   }
   try {
     return task_from_json(toml_to_json(tbl), origin);
@@ -267,8 +272,8 @@ json task_to_json(const task& t) {
   auto decl = [](const tensor_decl& d) {
     json o = {{"name", d.name}, {"shape", d.shape}};
     o["init"] = d.init == init_kind::randint
-                  ? "randint:" + std::to_string(d.lo) + ":" + std::to_string(d.hi)
-                  : std::string(to_string(d.init));
+                    ? "randint:" + std::to_string(d.lo) + ":" + std::to_string(d.hi)
+                    : std::string(to_string(d.init));
     if (!d.of.empty()) o["of"] = d.of;
     return o;
   };
@@ -283,8 +288,7 @@ json task_to_json(const task& t) {
     json o = {{"out", op.out}, {"op", op.op}, {"args", op.args}};
     if (!op.attrs.empty()) {
       json a = json::object();
-      for (const auto& [k, v] : op.attrs)
-        std::visit([&](const auto& x) { a[k] = x; }, v);
+      for (const auto& [k, v] : op.attrs) std::visit([&](const auto& x) { a[k] = x; }, v);
       o["attrs"] = a;
     }
     j["ops"].push_back(o);
@@ -294,7 +298,9 @@ json task_to_json(const task& t) {
 
 std::string task_to_toml(const task& t) {
   std::ostringstream out;
-  auto q = [](const std::string& s) { return json(s).dump(); }; // TOML basic strings escape like JSON
+  auto q = [](const std::string& s) {
+    return json(s).dump();
+  }; // TOML basic strings escape like JSON
   out << "name = " << q(t.name) << "\nlevel = " << t.level << "\ndtype = " << q(to_string(t.type))
       << "\noutputs = [";
   for (std::size_t i = 0; i < t.outputs.size(); ++i) out << (i ? ", " : "") << q(t.outputs[i]);
@@ -305,8 +311,8 @@ std::string task_to_toml(const task& t) {
     out << "\n[[" << section << "]]\nname = " << q(d.name) << "\nshape = " << to_string(d.shape)
         << "\ninit = "
         << q(d.init == init_kind::randint
-               ? "randint:" + std::to_string(d.lo) + ":" + std::to_string(d.hi)
-               : std::string(to_string(d.init)))
+                 ? "randint:" + std::to_string(d.lo) + ":" + std::to_string(d.hi)
+                 : std::string(to_string(d.init)))
         << "\n";
     if (!d.of.empty()) out << "of = " << q(d.of) << "\n";
   };

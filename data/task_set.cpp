@@ -27,7 +27,8 @@ void add_checked(task_set& out, expected<task> t, const check_limits& limits,
     return;
   }
   if (!names.insert(t->name).second) {
-    out.errors.push_back(error{t->origin + ": task '" + t->name + "': name: already used by another task in the same suite"});
+    out.errors.push_back(error{t->origin + ": task '" + t->name +
+                               "': name: already used by another task in the same suite"});
     return;
   }
   out.tasks.push_back(std::move(*t));
@@ -74,8 +75,7 @@ task_set load_tasks(const std::vector<std::string>& paths, const check_limits& l
   auto load_file = [&](const fs::path& p) {
     auto ext = p.extension().string();
     if (ext == ".toml") {
-      add_checked(out, read_task_file(p.string()), limits,
-                  names_by_dir[p.parent_path().string()]);
+      add_checked(out, read_task_file(p.string()), limits, names_by_dir[p.parent_path().string()]);
     } else if (ext == ".jsonl") {
       std::ifstream in(p, std::ios::binary);
       if (!in) {
@@ -96,7 +96,8 @@ task_set load_tasks(const std::vector<std::string>& paths, const check_limits& l
       for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::end(it);
            it.increment(ec)) {
         auto ext = it->path().extension().string();
-        if (it->is_regular_file() && (ext == ".toml" || ext == ".jsonl")) files.push_back(it->path());
+        if (it->is_regular_file() && (ext == ".toml" || ext == ".jsonl"))
+          files.push_back(it->path());
       }
       if (ec) out.errors.push_back(error{path + ": cannot read directory: " + ec.message()});
       std::sort(files.begin(), files.end());

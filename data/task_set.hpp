@@ -12,8 +12,8 @@
 namespace kiln {
 
 struct task_set {
-  std::vector<task> tasks;        // parsed and checked
-  std::vector<error> errors;      // one per bad task or unreadable path
+  std::vector<task> tasks;   // parsed and checked
+  std::vector<error> errors; // one per bad task or unreadable path
 };
 
 // Paths may be .toml files, .jsonl files or directories holding them. Task names must be unique

@@ -8,9 +8,9 @@ namespace kiln {
 
 const char* to_string(dtype t) {
   switch (t) {
-    case dtype::float32: return "float32";
-    case dtype::float16: return "float16";
-    case dtype::bfloat16: return "bfloat16";
+  case dtype::float32: return "float32";
+  case dtype::float16: return "float16";
+  case dtype::bfloat16: return "bfloat16";
   }
   return "?";
 }
@@ -57,22 +57,22 @@ std::string to_string(const attr_value& v) {
 
 const char* to_string(init_kind k) {
   switch (k) {
-    case init_kind::uniform: return "uniform";
-    case init_kind::normal: return "normal";
-    case init_kind::randint: return "randint";
-    case init_kind::ones: return "ones";
-    case init_kind::zeros: return "zeros";
-    case init_kind::kaiming_uniform: return "kaiming_uniform";
-    case init_kind::bias_uniform: return "bias_uniform";
+  case init_kind::uniform: return "uniform";
+  case init_kind::normal: return "normal";
+  case init_kind::randint: return "randint";
+  case init_kind::ones: return "ones";
+  case init_kind::zeros: return "zeros";
+  case init_kind::kaiming_uniform: return "kaiming_uniform";
+  case init_kind::bias_uniform: return "bias_uniform";
   }
   return "?";
 }
 
 tolerance default_tolerance(dtype t) {
   switch (t) {
-    case dtype::float32: return {1e-4, 1e-4, false};
-    case dtype::float16: return {1e-2, 1e-2, false};
-    case dtype::bfloat16: return {2e-2, 2e-2, false};
+  case dtype::float32: return {1e-4, 1e-4, false};
+  case dtype::float16: return {1e-2, 1e-2, false};
+  case dtype::bfloat16: return {2e-2, 2e-2, false};
   }
   return {};
 }
@@ -90,10 +90,10 @@ value_ref find_value(const task& t, const std::string& name) {
 const shape_t& value_shape(const task& t, const value_ref& r) {
   static const shape_t empty;
   switch (r.k) {
-    case value_ref::kind::input: return t.inputs[r.index].shape;
-    case value_ref::kind::param: return t.params[r.index].shape;
-    case value_ref::kind::op: return t.ops[r.index].shape;
-    case value_ref::kind::none: break;
+  case value_ref::kind::input: return t.inputs[r.index].shape;
+  case value_ref::kind::param: return t.params[r.index].shape;
+  case value_ref::kind::op: return t.ops[r.index].shape;
+  case value_ref::kind::none: break;
   }
   return empty;
 }

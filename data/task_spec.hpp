@@ -21,14 +21,14 @@ int64_t numel(const shape_t& s);
 
 // An attribute: integer, real, boolean, string, or a list of integers / reals.
 using attr_value =
-  std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>>;
+    std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>>;
 using attr_map = std::map<std::string, attr_value>; // ordered: canonical printing and hashing
 std::string to_string(const attr_value& v);
 
 enum class init_kind {
-  uniform,         // U[0, 1)
-  normal,          // N(0, 1)
-  randint,         // integers in [lo, hi), stored in the task dtype
+  uniform, // U[0, 1)
+  normal,  // N(0, 1)
+  randint, // integers in [lo, hi), stored in the task dtype
   ones,
   zeros,
   kaiming_uniform, // torch.nn default for Linear / Conv weights: U(-1/sqrt(fan_in), 1/sqrt(fan_in))

@@ -33,7 +33,8 @@ validation validate_task(const task& t, const validate_options& opts) {
       auto t0 = std::chrono::steady_clock::now();
       auto out = run_reference(t, inputs, params);
       synchronize(opts.device);
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(ms.begin(), ms.end());
     v.eager_ms = ms[ms.size() / 2];
@@ -50,12 +51,14 @@ validation validate_task(const task& t, const validate_options& opts) {
     }
     char buf[160];
     if (opts.min_eager_ms > 0 && v.eager_ms < opts.min_eager_ms) {
-      std::snprintf(buf, sizeof buf, "eager %.3f ms is below the window's %.3f ms", v.eager_ms, opts.min_eager_ms);
+      std::snprintf(buf, sizeof buf, "eager %.3f ms is below the window's %.3f ms", v.eager_ms,
+                    opts.min_eager_ms);
       v.verdict = buf;
       return v;
     }
     if (opts.max_eager_ms > 0 && v.eager_ms > opts.max_eager_ms) {
-      std::snprintf(buf, sizeof buf, "eager %.3f ms is above the window's %.3f ms", v.eager_ms, opts.max_eager_ms);
+      std::snprintf(buf, sizeof buf, "eager %.3f ms is above the window's %.3f ms", v.eager_ms,
+                    opts.max_eager_ms);
       v.verdict = buf;
       return v;
     }

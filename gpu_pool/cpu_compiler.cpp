@@ -2,6 +2,7 @@
 
 #include "data/task_hash.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -18,7 +19,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <atomic>
 
 extern char** environ;
 
@@ -40,7 +40,7 @@ std::vector<std::string> split_words(const std::string& s) {
 struct run_result {
   int exit_code = -1; // -1: could not start or killed
   bool timed_out = false;
-  std::string log;    // stdout and stderr together
+  std::string log; // stdout and stderr together
 };
 
 // Spawns argv in its own process group (so a timeout kills the compiler's children too), reads
@@ -72,7 +72,9 @@ expected<run_result> run_captured(const std::vector<std::string>& args, double t
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   char buf[4096];
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
     if (left <= 0) {
       r.timed_out = true;
       break;
@@ -89,7 +91,8 @@ expected<run_result> run_captured(const std::vector<std::string>& args, double t
   close(fds[0]);
   if (r.timed_out) kill(-pid, SIGKILL);
   int wstatus = 0;
-  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {}
+  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
   if (!r.timed_out && WIFEXITED(wstatus)) r.exit_code = WEXITSTATUS(wstatus);
   return r;
 }
@@ -149,7 +152,8 @@ expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_
   art.key = hash_hex(fnv1a64(keyed));
   std::error_code ec;
   fs::create_directories(opts.cache_dir, ec);
-  if (ec) return error{"cpu compile: cannot create cache dir " + opts.cache_dir + ": " + ec.message()};
+  if (ec)
+    return error{"cpu compile: cannot create cache dir " + opts.cache_dir + ": " + ec.message()};
   std::string base = (fs::path(opts.cache_dir) / art.key).string();
   art.so_path = base + ".so";
   if (fs::exists(art.so_path)) {
@@ -170,16 +174,19 @@ expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_
     std::remove(tmp_so.c_str());
     write_atomically(base + ".log", r->log);
     if (r->timed_out)
-      return error{"cpu compile: killed after " + std::to_string(opts.timeout_s) + " s (key " + art.key + ")"};
+      return error{"cpu compile: killed after " + std::to_string(opts.timeout_s) + " s (key " +
+                   art.key + ")"};
     return error{"cpu compile failed (exit " + std::to_string(r->exit_code) + ", key " + art.key +
                  "):\n" + truncate_log(r->log)};
   }
   // Same key, same bytes: whichever concurrent compile renames last wins harmlessly.
   if (std::rename(tmp_so.c_str(), art.so_path.c_str()) != 0) {
     std::remove(tmp_so.c_str());
-    return error{"cpu compile: cannot rename object into " + art.so_path + ": " + std::strerror(errno)};
+    return error{"cpu compile: cannot rename object into " + art.so_path + ": " +
+                 std::strerror(errno)};
   }
-  art.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  art.compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return art;
 }
 

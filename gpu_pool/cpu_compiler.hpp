@@ -11,16 +11,16 @@
 namespace kiln {
 
 struct cpu_compile_options {
-  std::string cache_dir;          // where sources, objects and logs live; created if missing
-  std::string compiler = "g++";   // host compiler
+  std::string cache_dir;        // where sources, objects and logs live; created if missing
+  std::string compiler = "g++"; // host compiler
   std::string flags = "-O3 -march=native -fPIC -shared -std=c++17 -fno-exceptions";
-  std::string include_dir;        // holds kiln_abi.h (the project's skills/ directory)
-  double timeout_s = 60;          // a compile running longer is killed and reported
+  std::string include_dir; // holds kiln_abi.h (the project's skills/ directory)
+  double timeout_s = 60;   // a compile running longer is killed and reported
 };
 
 struct cpu_artifact {
   std::string so_path;
-  std::string key;      // 16 hex digits: the cache key
+  std::string key; // 16 hex digits: the cache key
   bool cache_hit = false;
   double compile_ms = 0; // 0 on a hit
 };

@@ -123,7 +123,8 @@ struct arena {
   }
 };
 
-void host_parallel_for(const kiln_host* host, int64_t n, int64_t grain, kiln_range_fn fn, void* ctx) {
+void host_parallel_for(const kiln_host* host, int64_t n, int64_t grain, kiln_range_fn fn,
+                       void* ctx) {
   host_pool().run(n, grain, fn, ctx);
 }
 
@@ -140,8 +141,10 @@ void host_sgemm(const kiln_host* host, int trans_a, int trans_b, int64_t m, int6
   };
   at::Tensor C = at::from_blob(c, {m, n}, {ldc, 1}, opts);
   if (k <= 0) {
-    if (beta == 0) C.zero_();
-    else C.mul_(beta);
+    if (beta == 0)
+      C.zero_();
+    else
+      C.mul_(beta);
     return;
   }
   at::Tensor A = view(a, m, k, lda, trans_a != 0);
@@ -194,10 +197,11 @@ expected<cpu_program> cpu_program::load(const std::string& so_path) {
   }
   // Generated programs also export the ABI version they were built against; free-form source
   // may omit it (kiln_run then checks host->abi_version itself).
-  if (auto* v = static_cast<const int*>(dlsym(h, "kiln_abi_version")); v && *v != KILN_ABI_VERSION) {
+  if (auto* v = static_cast<const int*>(dlsym(h, "kiln_abi_version"));
+      v && *v != KILN_ABI_VERSION) {
     dlclose(h);
-    return error{"cpu program: " + so_path + " built for ABI " + std::to_string(*v) + ", host has " +
-                 std::to_string(KILN_ABI_VERSION)};
+    return error{"cpu program: " + so_path + " built for ABI " + std::to_string(*v) +
+                 ", host has " + std::to_string(KILN_ABI_VERSION)};
   }
   cpu_program p;
   p.impl_ = std::make_unique<impl>();
@@ -210,7 +214,8 @@ cpu_program::cpu_program(cpu_program&&) noexcept = default;
 cpu_program& cpu_program::operator=(cpu_program&&) noexcept = default;
 cpu_program::~cpu_program() = default;
 
-status cpu_program::run(const std::vector<const void*>& inputs, const std::vector<const void*>& params,
+status cpu_program::run(const std::vector<const void*>& inputs,
+                        const std::vector<const void*>& params,
                         const std::vector<void*>& outputs) const {
   if (!impl_ || !impl_->entry) return error{"cpu program: not loaded"};
   arena scratch;

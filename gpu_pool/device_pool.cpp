@@ -63,7 +63,9 @@ struct pool_state {
   std::size_t next_worker = 0;
   std::vector<device_slot> devices;
   std::map<uint64_t, artifact_ref> compiled; // generated source hash -> artifact
-  std::map<uint64_t, std::vector<std::function<void(bool, const artifact_ref&, const std::string&)>>> pending;
+  std::map<uint64_t,
+           std::vector<std::function<void(bool, const artifact_ref&, const std::string&)>>>
+      pending;
   clock_type::time_point start = clock_type::now();
   int64_t requests = 0, cache_hits = 0, cache_misses = 0, compile_errors = 0;
   std::vector<double> compile_ms;
@@ -73,7 +75,9 @@ struct pool_state {
 
 using pool_actor = caf::stateful_actor<pool_state>;
 
-outcome failed(const job& j, outcome_kind k, const std::string& msg) { return make_outcome(j, k, msg); }
+outcome failed(const job& j, outcome_kind k, const std::string& msg) {
+  return make_outcome(j, k, msg);
+}
 
 void dispatch(pool_actor* self, job j, caf::response_promise rp, clock_type::time_point t0) {
   auto& devs = self->state.devices;
@@ -93,12 +97,14 @@ void dispatch(pool_actor* self, job j, caf::response_promise rp, clock_type::tim
     rp.deliver(encode(o));
   };
   self->request(devs[d].actor, wait, run_job_atom::value, encode(j))
-    .then([=](std::string& reply) mutable {
+      .then(
+          [=](std::string& reply) mutable {
             auto o = decode_outcome(reply);
             finish(o ? *o : failed(j, outcome_kind::runtime_error, "device: " + o.message()));
           },
           [=](caf::error& err) mutable {
-            finish(failed(j, outcome_kind::timeout, "device did not answer: " + self->system().render(err)));
+            finish(failed(j, outcome_kind::timeout,
+                          "device did not answer: " + self->system().render(err)));
           });
 }
 
@@ -117,119 +123,124 @@ caf::behavior device_pool(pool_actor* self, pool_config cfg) {
     self->state.devices.push_back(slot);
   }
   return {
-    [=](evaluate_atom, const std::string& job_bytes, const std::string& program_text) {
-      auto rp = self->make_response_promise();
-      auto t0 = clock_type::now();
-      ++self->state.requests;
-      auto decoded = decode_job(job_bytes);
-      if (!decoded) {
-        outcome o;
-        o.kind = outcome_kind::runtime_error;
-        o.message = "pool: malformed job: " + decoded.message();
-        rp.deliver(encode(o));
-        return;
-      }
-      job j = std::move(*decoded);
-      // The wire form carries the spec, not inferred shapes: the generator needs them.
-      if (auto st = check_task(j.spec); !st) {
-        rp.deliver(encode(failed(j, outcome_kind::runtime_error, "pool: bad task: " + st.message())));
-        return;
-      }
-      if (j.kind == job_kind::baseline) {
-        dispatch(self, std::move(j), rp, t0);
-        return;
-      }
-      auto reject = [&](const std::string& msg) {
-        ++self->state.compile_errors;
-        ++self->state.outcomes["compile_error"];
-        rp.deliver(encode(failed(j, outcome_kind::compile_error, msg)));
-      };
-      auto prog = parse_program(program_text);
-      if (!prog) return reject(prog.message());
-      if (auto st = check_program(*prog, j.spec); !st) return reject(st.message());
-      // The generator must not take the pool down, whatever the program.
-      expected<std::string> source = error{"generator did not run"};
-      try {
-        source = generate_cpu(j.spec, *prog);
-      } catch (const std::exception& e) {
-        source = error{std::string("cpu generator failed: ") + e.what()};
-      }
-      if (!source) return reject(source.message());
-      uint64_t h = fnv1a64(*source);
-      auto run = [=](bool ok, const artifact_ref& a, const std::string& log) mutable {
-        if (!ok) {
-          ++self->state.compile_errors;
-          ++self->state.outcomes["compile_error"];
-          rp.deliver(encode(failed(j, outcome_kind::compile_error, log)));
+      [=](evaluate_atom, const std::string& job_bytes, const std::string& program_text) {
+        auto rp = self->make_response_promise();
+        auto t0 = clock_type::now();
+        ++self->state.requests;
+        auto decoded = decode_job(job_bytes);
+        if (!decoded) {
+          outcome o;
+          o.kind = outcome_kind::runtime_error;
+          o.message = "pool: malformed job: " + decoded.message();
+          rp.deliver(encode(o));
           return;
         }
-        j.artifact = a;
-        dispatch(self, j, rp, t0);
-      };
-      auto& st = self->state;
-      if (auto it = st.compiled.find(h); it != st.compiled.end()) {
-        ++st.cache_hits;
-        artifact_ref a = it->second;
-        a.compile_ms = 0;
-        run(true, a, {});
-        return;
-      }
-      auto& waiting = st.pending[h];
-      waiting.push_back(run);
-      if (waiting.size() > 1) { // the same program is compiling already
-        ++st.cache_hits;
-        return;
-      }
-      auto worker = st.workers[st.next_worker++ % st.workers.size()];
-      auto wait = std::chrono::seconds(static_cast<int64_t>(cfg.compile.timeout_s + 60));
-      auto done = [=](bool ok, const artifact_ref& a, const std::string& log) {
-        auto conts = std::move(self->state.pending[h]);
-        self->state.pending.erase(h);
-        for (auto& c : conts) c(ok, a, log);
-      };
-      self->request(worker, wait, compile_atom::value, *source)
-        .then(
-          [=](bool ok, std::string& path_or_log, std::string& key, bool hit, double ms) {
-            artifact_ref a;
-            a.backend = "cpu";
-            if (ok) {
-              a.path = path_or_log;
-              a.key = key;
-              a.compile_ms = ms;
-              self->state.compiled[h] = a;
-              if (hit) ++self->state.cache_hits;
-              else {
-                ++self->state.cache_misses;
-                self->state.compile_ms.push_back(ms);
-              }
-            }
-            done(ok, a, ok ? std::string() : path_or_log);
-          },
-          [=](caf::error& err) { done(false, {}, "compiler did not answer: " + self->system().render(err)); });
-    },
-    [=](stats_atom) {
-      auto& st = self->state;
-      nlohmann::json j;
-      double wall = ms_since(st.start);
-      j["requests"] = st.requests;
-      j["outcomes"] = st.outcomes;
-      j["cache_hits"] = st.cache_hits;
-      j["cache_misses"] = st.cache_misses;
-      j["cache_hit_rate"] = st.cache_hits + st.cache_misses
-                              ? static_cast<double>(st.cache_hits) / static_cast<double>(st.cache_hits + st.cache_misses)
-                              : 0.0;
-      auto ms = st.compile_ms;
-      std::sort(ms.begin(), ms.end());
-      j["compile_ms_p50"] = ms.empty() ? 0.0 : ms[ms.size() / 2];
-      j["wall_ms"] = wall;
-      auto devs = nlohmann::json::array();
-      for (const auto& d : st.devices) {
-        double busy = d.busy_ms + (d.in_flight > 0 ? ms_since(d.busy_since) : 0.0);
-        devs.push_back({{"jobs", d.jobs}, {"busy_share", wall > 0 ? busy / wall : 0.0}});
-      }
-      j["devices"] = devs;
-      return j.dump();
-    },
+        job j = std::move(*decoded);
+        // The wire form carries the spec, not inferred shapes: the generator needs them.
+        if (auto st = check_task(j.spec); !st) {
+          rp.deliver(
+              encode(failed(j, outcome_kind::runtime_error, "pool: bad task: " + st.message())));
+          return;
+        }
+        if (j.kind == job_kind::baseline) {
+          dispatch(self, std::move(j), rp, t0);
+          return;
+        }
+        auto reject = [&](const std::string& msg) {
+          ++self->state.compile_errors;
+          ++self->state.outcomes["compile_error"];
+          rp.deliver(encode(failed(j, outcome_kind::compile_error, msg)));
+        };
+        auto prog = parse_program(program_text);
+        if (!prog) return reject(prog.message());
+        if (auto st = check_program(*prog, j.spec); !st) return reject(st.message());
+        // The generator must not take the pool down, whatever the program.
+        expected<std::string> source = error{"generator did not run"};
+        try {
+          source = generate_cpu(j.spec, *prog);
+        } catch (const std::exception& e) {
+          source = error{std::string("cpu generator failed: ") + e.what()};
+        }
+        if (!source) return reject(source.message());
+        uint64_t h = fnv1a64(*source);
+        auto run = [=](bool ok, const artifact_ref& a, const std::string& log) mutable {
+          if (!ok) {
+            ++self->state.compile_errors;
+            ++self->state.outcomes["compile_error"];
+            rp.deliver(encode(failed(j, outcome_kind::compile_error, log)));
+            return;
+          }
+          j.artifact = a;
+          dispatch(self, j, rp, t0);
+        };
+        auto& st = self->state;
+        if (auto it = st.compiled.find(h); it != st.compiled.end()) {
+          ++st.cache_hits;
+          artifact_ref a = it->second;
+          a.compile_ms = 0;
+          run(true, a, {});
+          return;
+        }
+        auto& waiting = st.pending[h];
+        waiting.push_back(run);
+        if (waiting.size() > 1) { // the same program is compiling already
+          ++st.cache_hits;
+          return;
+        }
+        auto worker = st.workers[st.next_worker++ % st.workers.size()];
+        auto wait = std::chrono::seconds(static_cast<int64_t>(cfg.compile.timeout_s + 60));
+        auto done = [=](bool ok, const artifact_ref& a, const std::string& log) {
+          auto conts = std::move(self->state.pending[h]);
+          self->state.pending.erase(h);
+          for (auto& c : conts) c(ok, a, log);
+        };
+        self->request(worker, wait, compile_atom::value, *source)
+            .then(
+                [=](bool ok, std::string& path_or_log, std::string& key, bool hit, double ms) {
+                  artifact_ref a;
+                  a.backend = "cpu";
+                  if (ok) {
+                    a.path = path_or_log;
+                    a.key = key;
+                    a.compile_ms = ms;
+                    self->state.compiled[h] = a;
+                    if (hit)
+                      ++self->state.cache_hits;
+                    else {
+                      ++self->state.cache_misses;
+                      self->state.compile_ms.push_back(ms);
+                    }
+                  }
+                  done(ok, a, ok ? std::string() : path_or_log);
+                },
+                [=](caf::error& err) {
+                  done(false, {}, "compiler did not answer: " + self->system().render(err));
+                });
+      },
+      [=](stats_atom) {
+        auto& st = self->state;
+        nlohmann::json j;
+        double wall = ms_since(st.start);
+        j["requests"] = st.requests;
+        j["outcomes"] = st.outcomes;
+        j["cache_hits"] = st.cache_hits;
+        j["cache_misses"] = st.cache_misses;
+        j["cache_hit_rate"] = st.cache_hits + st.cache_misses
+                                  ? static_cast<double>(st.cache_hits) /
+                                        static_cast<double>(st.cache_hits + st.cache_misses)
+                                  : 0.0;
+        auto ms = st.compile_ms;
+        std::sort(ms.begin(), ms.end());
+        j["compile_ms_p50"] = ms.empty() ? 0.0 : ms[ms.size() / 2];
+        j["wall_ms"] = wall;
+        auto devs = nlohmann::json::array();
+        for (const auto& d : st.devices) {
+          double busy = d.busy_ms + (d.in_flight > 0 ? ms_since(d.busy_since) : 0.0);
+          devs.push_back({{"jobs", d.jobs}, {"busy_share", wall > 0 ? busy / wall : 0.0}});
+        }
+        j["devices"] = devs;
+        return j.dump();
+      },
   };
 }
 
@@ -242,22 +253,23 @@ caf::actor spawn_device_pool(caf::actor_system& sys, const pool_config& cfg) {
 pool_handle::pool_handle(caf::actor_system& sys, const pool_config& cfg)
     : sys_(sys), pool_(spawn_device_pool(sys, cfg)) {}
 
-pool_handle::~pool_handle() {
-  caf::anon_send_exit(pool_, caf::exit_reason::user_shutdown);
-}
+pool_handle::~pool_handle() { caf::anon_send_exit(pool_, caf::exit_reason::user_shutdown); }
 
 outcome pool_handle::run(const job& j, const std::string& program) {
   caf::scoped_actor self{sys_};
   outcome result = make_outcome(j, outcome_kind::timeout, "pool did not answer");
   auto wait = std::chrono::milliseconds(static_cast<int64_t>((j.timeout_s + 300) * 1000));
   self->request(pool_, wait, evaluate_atom::value, encode(j), program)
-    .receive(
-      [&](std::string& reply) {
-        auto o = decode_outcome(reply);
-        if (o) result = std::move(*o);
-        else result.message = "pool: " + o.message() + " (" + std::to_string(reply.size()) + " bytes)";
-      },
-      [&](caf::error& err) { result.message = "pool did not answer: " + sys_.render(err); });
+      .receive(
+          [&](std::string& reply) {
+            auto o = decode_outcome(reply);
+            if (o)
+              result = std::move(*o);
+            else
+              result.message =
+                  "pool: " + o.message() + " (" + std::to_string(reply.size()) + " bytes)";
+          },
+          [&](caf::error& err) { result.message = "pool did not answer: " + sys_.render(err); });
   return result;
 }
 
@@ -265,7 +277,7 @@ std::string pool_handle::stats() {
   caf::scoped_actor self{sys_};
   std::string out = "{}";
   self->request(pool_, std::chrono::seconds(10), stats_atom::value)
-    .receive([&](std::string& s) { out = std::move(s); }, [&](caf::error&) {});
+      .receive([&](std::string& s) { out = std::move(s); }, [&](caf::error&) {});
   return out;
 }
 

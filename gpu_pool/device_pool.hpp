@@ -23,8 +23,8 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 
 struct pool_config {
   backend_kind backend = backend_kind::cpu;
-  int devices = 1;          // cpu: executors sharing the host; cuda: one per visible GPU
-  int compile_workers = 2;  // parallel host-compiler processes
+  int devices = 1;         // cpu: executors sharing the host; cuda: one per visible GPU
+  int compile_workers = 2; // parallel host-compiler processes
   cpu_compile_options compile;
   executor_options executor;
 };

@@ -68,7 +68,8 @@ struct job_runner::impl {
     kernel_call call = [p](const std::vector<const void*>& in, const std::vector<const void*>& par,
                            const std::vector<void*>& out) { return p->run(in, par, out); };
     if (j.kind == job_kind::time) return time_cpu_kernel(t, ps, call, j.timing, flusher);
-    if (j.verify.checks < 1) return failed("verify.checks must be at least 1"); // else nothing is checked
+    if (j.verify.checks < 1)
+      return failed("verify.checks must be at least 1"); // else nothing is checked
     auto v = verify_cpu(t, ps, call, j.verify);
     if (j.kind == job_kind::verify || v.kind != outcome_kind::correct) return v;
     auto tm = time_cpu_kernel(t, ps, call, j.timing, flusher);
@@ -105,7 +106,8 @@ outcome job_runner::run(const job& j) {
     std::string what = e.what();
     o.message = "exception: " + what.substr(0, what.find('\n'));
   }
-  o.device_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  o.device_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return o;
 }
 
@@ -145,9 +147,11 @@ int executor_main(const executor_args& args) {
     return 3;
   }
   if (threads_before > 1)
-    sb->warnings.push_back(std::to_string(threads_before) +
-                           " threads existed before the sandbox: namespaces / landlock cover the main thread only");
-  for (const auto& w : sb->warnings) std::fprintf(stderr, "kiln executor: warning: %s\n", w.c_str());
+    sb->warnings.push_back(
+        std::to_string(threads_before) +
+        " threads existed before the sandbox: namespaces / landlock cover the main thread only");
+  for (const auto& w : sb->warnings)
+    std::fprintf(stderr, "kiln executor: warning: %s\n", w.c_str());
 
   at::set_num_threads(std::max(1, args.threads));
   set_cpu_host_threads(std::max(1, args.threads));

@@ -1,4 +1,5 @@
-// The executor process (child side): a loop that reads a job frame, runs it, writes an outcome frame.
+// The executor process (child side): a loop that reads a job frame, runs it, writes an outcome
+// frame.
 //   executor_client --job frame (fd)--> executor_main --verify / time / baseline--> outcome frame
 // It is disposable: generated code runs in it, so a crash or hang costs this process, not the pool.
 #pragma once
@@ -17,10 +18,10 @@ struct executor_args {
   int64_t address_space_mib = 16384; // RLIMIT_AS
   int64_t file_size_mib = 64;        // RLIMIT_FSIZE
   bool isolate_network = true;
-  bool restrict_fs = true;           // landlock where the kernel has it
-  bool drop_privileges = false;      // root only: run as nobody
-  int threads = 1;                   // LibTorch intra-op and kiln_host threads
-  int program_cache = 4;             // loaded shared objects kept between jobs
+  bool restrict_fs = true;      // landlock where the kernel has it
+  bool drop_privileges = false; // root only: run as nobody
+  int threads = 1;              // LibTorch intra-op and kiln_host threads
+  int program_cache = 4;        // loaded shared objects kept between jobs
 };
 
 // `kiln executor`: applies the sandbox, sends a hello frame, then serves jobs until EOF.
@@ -36,7 +37,8 @@ public:
   job_runner(const job_runner&) = delete;
   job_runner& operator=(const job_runner&) = delete;
 
-  // Never throws; every failure is an outcome. device_ms is filled, queue/compile copied from the job.
+  // Never throws; every failure is an outcome. device_ms is filled, queue/compile copied from the
+  // job.
   outcome run(const job& j);
 
 private:

@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 
 std::string describe_signal(int sig) {
   const char* abbrev = sigabbrev_np(sig);
-  return "signal " + std::to_string(sig) + (abbrev ? std::string(" (SIG") + abbrev + ")" : std::string());
+  return "signal " + std::to_string(sig) +
+         (abbrev ? std::string(" (SIG") + abbrev + ")" : std::string());
 }
 
 executor_client::executor_client(executor_options opts) : opts_(std::move(opts)) {}
@@ -65,13 +66,19 @@ status executor_client::start_once() {
     if (!ec) exe = p.string();
   }
   std::vector<std::string> args = {exe,
-                                   "--log-level", opts_.log_level,
+                                   "--log-level",
+                                   opts_.log_level,
                                    "executor",
-                                   "--fd", "3",
-                                   "--scratch", scratch_,
-                                   "--address-space-mib", std::to_string(opts_.address_space_mib),
-                                   "--file-size-mib", std::to_string(opts_.file_size_mib),
-                                   "--threads", std::to_string(opts_.threads)};
+                                   "--fd",
+                                   "3",
+                                   "--scratch",
+                                   scratch_,
+                                   "--address-space-mib",
+                                   std::to_string(opts_.address_space_mib),
+                                   "--file-size-mib",
+                                   std::to_string(opts_.file_size_mib),
+                                   "--threads",
+                                   std::to_string(opts_.threads)};
   if (!opts_.isolate_network) args.push_back("--no-net-isolation");
   if (!opts_.restrict_fs) args.push_back("--no-fs-restriction");
   if (opts_.drop_privileges) args.push_back("--drop-privileges");
@@ -81,7 +88,10 @@ status executor_client::start_once() {
 
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-    { std::error_code ec; fs::remove_all(scratch_, ec); }
+    {
+      std::error_code ec;
+      fs::remove_all(scratch_, ec);
+    }
     return error{std::string("executor: socketpair: ") + std::strerror(errno)};
   }
   pid_t parent = getpid();
@@ -90,7 +100,10 @@ status executor_client::start_once() {
     int e = errno;
     close(sv[0]);
     close(sv[1]);
-    { std::error_code ec; fs::remove_all(scratch_, ec); }
+    {
+      std::error_code ec;
+      fs::remove_all(scratch_, ec);
+    }
     return error{std::string("executor: fork: ") + std::strerror(e)};
   }
   if (pid == 0) {
@@ -129,8 +142,10 @@ status executor_client::start_once() {
   std::string why;
   if (f.status == frame_status::ok) {
     auto h = decode_hello(f.payload);
-    if (h) hello_ = *h;
-    else why = h.message();
+    if (h)
+      hello_ = *h;
+    else
+      why = h.message();
   } else if (f.status == frame_status::timeout) {
     why = "no hello within " + std::to_string(opts_.start_timeout_s) + " s";
   } else {
@@ -139,7 +154,8 @@ status executor_client::start_once() {
   if (!why.empty()) {
     auto ex = kill_and_reap(true);
     exec_failed_ = !ex.signaled && ex.code == 127;
-    return error{"executor failed to start: " + why + (ex.text.empty() ? "" : " (" + ex.text + ")")};
+    return error{"executor failed to start: " + why +
+                 (ex.text.empty() ? "" : " (" + ex.text + ")")};
   }
   stats_.last_start_ms = static_cast<double>(monotonic_ms() - t0);
   if (pending_recover_) {
@@ -191,7 +207,8 @@ executor_client::exit_info executor_client::kill_and_reap(bool wait_first) {
   return info;
 }
 
-outcome executor_client::failure(const job& j, outcome_kind k, std::string message, double device_ms) {
+outcome executor_client::failure(const job& j, outcome_kind k, std::string message,
+                                 double device_ms) {
   outcome o = make_outcome(j, k, std::move(message));
   o.device_ms = device_ms;
   return o;
@@ -217,7 +234,8 @@ outcome executor_client::run(const job& j) {
     ++stats_.crashes;
     // CPU-time and file-size limits are signals too; name them for what they mean.
     if (ex.signaled && ex.code == SIGXCPU)
-      return failure(j, outcome_kind::timeout, "cpu time limit exceeded (" + ex.text + ")", device_ms);
+      return failure(j, outcome_kind::timeout, "cpu time limit exceeded (" + ex.text + ")",
+                     device_ms);
     std::string reason = what + (ex.text.empty() ? "" : ": " + ex.text);
     if (ex.signaled && ex.code == SIGXFSZ) reason += " (file size limit)";
     return failure(j, outcome_kind::runtime_error, reason, device_ms);
@@ -240,9 +258,9 @@ outcome executor_client::run(const job& j) {
   auto o = decode_outcome(f.payload);
   if (!o || o->job_id != j.id || o->nonce != sent.nonce) {
     ++stats_.protocol_errors;
-    std::string why = !o ? o.message()
-                    : o->job_id != j.id ? "reply for job " + std::to_string(o->job_id)
-                                        : std::string("wrong nonce: forged by the kernel?");
+    std::string why = !o                  ? o.message()
+                      : o->job_id != j.id ? "reply for job " + std::to_string(o->job_id)
+                                          : std::string("wrong nonce: forged by the kernel?");
     return died("executor sent a bad outcome (" + why + ")", false);
   }
   // The executor's view of queue and compile time is what we sent; keep ours authoritative.

@@ -16,15 +16,16 @@ namespace kiln {
 
 struct executor_options {
   std::string kiln_path = "/proc/self/exe"; // the binary that has the `executor` subcommand
-  std::string scratch_root;                 // per-executor scratch dirs go here; empty: $TMPDIR or /tmp
+  std::string scratch_root; // per-executor scratch dirs go here; empty: $TMPDIR or /tmp
   int64_t address_space_mib = 16384;
   int64_t file_size_mib = 64;
   bool isolate_network = true;
   bool restrict_fs = true;
-  bool drop_privileges = false; // root only; artifacts and the scratch root must be readable by nobody
+  bool drop_privileges =
+      false; // root only; artifacts and the scratch root must be readable by nobody
   int threads = 1;
-  double start_timeout_s = 60;  // spawn until hello (LibTorch start-up)
-  double grace_s = 2;           // added to job.timeout_s for the reply to arrive
+  double start_timeout_s = 60; // spawn until hello (LibTorch start-up)
+  double grace_s = 2;          // added to job.timeout_s for the reply to arrive
   std::string log_level = "warn";
 };
 
@@ -58,7 +59,7 @@ public:
 private:
   struct exit_info {
     bool signaled = false;
-    int code = 0; // signal number or exit status
+    int code = 0;     // signal number or exit status
     std::string text; // "signal 11 (SIGSEGV)", "exit code 3"
   };
   status start_once();

@@ -37,7 +37,8 @@ wait_result wait_fd(int fd, short events, int64_t deadline_ms) {
 }
 
 // Reads exactly n bytes; returns bytes read before EOF/timeout/error in `got`.
-frame_status read_exact(int fd, char* buf, size_t n, int64_t deadline_ms, size_t& got, std::string& err) {
+frame_status read_exact(int fd, char* buf, size_t n, int64_t deadline_ms, size_t& got,
+                        std::string& err) {
   got = 0;
   while (got < n) {
     auto w = wait_fd(fd, POLLIN, deadline_ms);
@@ -74,15 +75,18 @@ frame_result read_frame(int fd, int64_t deadline_ms, uint32_t max_bytes) {
     res.status = st;
     return res;
   }
-  uint32_t len = uint32_t{hdr[0]} | uint32_t{hdr[1]} << 8 | uint32_t{hdr[2]} << 16 | uint32_t{hdr[3]} << 24;
+  uint32_t len =
+      uint32_t{hdr[0]} | uint32_t{hdr[1]} << 8 | uint32_t{hdr[2]} << 16 | uint32_t{hdr[3]} << 24;
   if (len > max_bytes) {
-    res.error = "frame too large: " + std::to_string(len) + " bytes (limit " + std::to_string(max_bytes) + ")";
+    res.error = "frame too large: " + std::to_string(len) + " bytes (limit " +
+                std::to_string(max_bytes) + ")";
     return res;
   }
   res.payload.resize(len);
   st = read_exact(fd, res.payload.data(), len, deadline_ms, got, res.error);
   if (st == frame_status::eof) {
-    res.error = "truncated frame (got " + std::to_string(got) + " of " + std::to_string(len) + " payload bytes)";
+    res.error = "truncated frame (got " + std::to_string(got) + " of " + std::to_string(len) +
+                " payload bytes)";
     res.payload.clear();
     return res;
   }

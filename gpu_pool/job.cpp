@@ -69,7 +69,8 @@ public:
   const msgpack::object* find(std::string_view k) const {
     for (uint32_t i = 0; i < map_->size; ++i) {
       const auto& kv = map_->ptr[i];
-      if (kv.key.type == msgpack::type::STR && std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == k)
+      if (kv.key.type == msgpack::type::STR &&
+          std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == k)
         return &kv.val;
     }
     return nullptr;
@@ -126,9 +127,7 @@ public:
     if (o->type != msgpack::type::BOOLEAN) fail_type(k, "a boolean");
     return o->via.boolean;
   }
-  map_view sub(std::string_view k) const {
-    return map_view(need(k), what_ + "." + std::string(k));
-  }
+  map_view sub(std::string_view k) const { return map_view(need(k), what_ + "." + std::string(k)); }
   bool has(std::string_view k) const {
     auto* o = find(k);
     return o && o->type != msgpack::type::NIL;
@@ -148,12 +147,14 @@ private:
 template <class T, class F>
 expected<T> decode_with(const std::string& bytes, const char* what, F&& f) {
   try {
-    msgpack::unpack_limit limits(/*array*/ 1024, /*map*/ 64, /*str*/ max_frame_bytes, /*bin*/ 1 << 20,
+    msgpack::unpack_limit limits(/*array*/ 1024, /*map*/ 64, /*str*/ max_frame_bytes,
+                                 /*bin*/ 1 << 20,
                                  /*ext*/ 0, /*depth*/ 8);
     std::size_t off = 0;
     auto handle = msgpack::unpack(bytes.data(), bytes.size(), off, nullptr, nullptr, limits);
     if (off != bytes.size())
-      return error{std::string(what) + ": " + std::to_string(bytes.size() - off) + " trailing bytes after the message"};
+      return error{std::string(what) + ": " + std::to_string(bytes.size() - off) +
+                   " trailing bytes after the message"};
     map_view m(handle.get(), what);
     if (m.i64("v") != wire_version) m.fail("unsupported version " + std::to_string(m.i64("v")));
     return f(m);
@@ -186,32 +187,52 @@ std::string encode(const job& j) {
   msgpack::sbuffer buf;
   packer p(buf);
   p.pack_map(11);
-  key(p, "v"); p.pack(wire_version);
-  key(p, "type"); p.pack(std::string_view("job"));
-  key(p, "id"); p.pack(j.id);
-  key(p, "nonce"); p.pack(j.nonce);
-  key(p, "kind"); p.pack(std::string_view(to_string(j.kind)));
-  key(p, "task"); p.pack(task_to_json(j.spec).dump());
+  key(p, "v");
+  p.pack(wire_version);
+  key(p, "type");
+  p.pack(std::string_view("job"));
+  key(p, "id");
+  p.pack(j.id);
+  key(p, "nonce");
+  p.pack(j.nonce);
+  key(p, "kind");
+  p.pack(std::string_view(to_string(j.kind)));
+  key(p, "task");
+  p.pack(task_to_json(j.spec).dump());
   key(p, "artifact");
   p.pack_map(4);
-  key(p, "backend"); p.pack(j.artifact.backend);
-  key(p, "path"); p.pack(j.artifact.path);
-  key(p, "key"); p.pack(j.artifact.key);
-  key(p, "compile_ms"); p.pack(j.artifact.compile_ms);
+  key(p, "backend");
+  p.pack(j.artifact.backend);
+  key(p, "path");
+  p.pack(j.artifact.path);
+  key(p, "key");
+  p.pack(j.artifact.key);
+  key(p, "compile_ms");
+  p.pack(j.artifact.compile_ms);
   key(p, "verify");
   p.pack_map(2);
-  key(p, "checks"); p.pack(j.verify.checks);
-  key(p, "determinism"); p.pack(j.verify.check_determinism);
+  key(p, "checks");
+  p.pack(j.verify.checks);
+  key(p, "determinism");
+  p.pack(j.verify.check_determinism);
   key(p, "timing");
   p.pack_map(6);
-  key(p, "warmup"); p.pack(j.timing.warmup);
-  key(p, "min_trials"); p.pack(j.timing.min_trials);
-  key(p, "max_trials"); p.pack(j.timing.max_trials);
-  key(p, "cv_target"); p.pack(j.timing.cv_target);
-  key(p, "time_cap_ms"); p.pack(j.timing.time_cap_ms);
-  key(p, "flush_bytes"); p.pack(j.timing.flush_bytes);
-  key(p, "timeout_s"); p.pack(j.timeout_s);
-  key(p, "queue_ms"); p.pack(j.queue_ms);
+  key(p, "warmup");
+  p.pack(j.timing.warmup);
+  key(p, "min_trials");
+  p.pack(j.timing.min_trials);
+  key(p, "max_trials");
+  p.pack(j.timing.max_trials);
+  key(p, "cv_target");
+  p.pack(j.timing.cv_target);
+  key(p, "time_cap_ms");
+  p.pack(j.timing.time_cap_ms);
+  key(p, "flush_bytes");
+  p.pack(j.timing.flush_bytes);
+  key(p, "timeout_s");
+  p.pack(j.timeout_s);
+  key(p, "queue_ms");
+  p.pack(j.queue_ms);
   return std::string(buf.data(), buf.size());
 }
 
@@ -221,7 +242,8 @@ expected<job> decode_job(const std::string& bytes) {
     job j;
     j.id = m.u64("id");
     j.nonce = m.u64("nonce");
-    j.kind = enum_from(m, "kind", {job_kind::verify, job_kind::time, job_kind::baseline, job_kind::evaluate});
+    j.kind = enum_from(m, "kind",
+                       {job_kind::verify, job_kind::time, job_kind::baseline, job_kind::evaluate});
     auto json = nlohmann::json::parse(m.str("task"), nullptr, /*allow_exceptions=*/false);
     if (json.is_discarded() || !json.is_object()) m.fail("key 'task' is not a JSON object");
     auto t = task_from_json(json, "job " + std::to_string(j.id));
@@ -247,10 +269,13 @@ expected<job> decode_job(const std::string& bytes) {
     // Ranges: a job must not be able to make the executor loop forever or allocate wildly.
     if (j.verify.checks < 1 || j.verify.checks > 100) m.fail("verify.checks out of range [1, 100]");
     if (j.timing.warmup < 0 || j.timing.warmup > 100) m.fail("timing.warmup out of range [0, 100]");
-    if (j.timing.min_trials < 1 || j.timing.max_trials < j.timing.min_trials || j.timing.max_trials > 100000)
+    if (j.timing.min_trials < 1 || j.timing.max_trials < j.timing.min_trials ||
+        j.timing.max_trials > 100000)
       m.fail("timing trials out of range (1 <= min_trials <= max_trials <= 100000)");
-    if (j.timing.flush_bytes < 0 || j.timing.flush_bytes > (int64_t{1} << 32)) m.fail("timing.flush_bytes out of range");
-    if (!(j.timing.time_cap_ms >= 0) || !(j.timing.cv_target >= 0)) m.fail("timing cap / cv target must be >= 0");
+    if (j.timing.flush_bytes < 0 || j.timing.flush_bytes > (int64_t{1} << 32))
+      m.fail("timing.flush_bytes out of range");
+    if (!(j.timing.time_cap_ms >= 0) || !(j.timing.cv_target >= 0))
+      m.fail("timing cap / cv target must be >= 0");
     return j;
   });
 }
@@ -259,38 +284,58 @@ std::string encode(const outcome& o) {
   msgpack::sbuffer buf;
   packer p(buf);
   p.pack_map(12);
-  key(p, "v"); p.pack(wire_version);
-  key(p, "type"); p.pack(std::string_view("outcome"));
-  key(p, "job_id"); p.pack(o.job_id);
-  key(p, "nonce"); p.pack(o.nonce);
-  key(p, "kind"); p.pack(std::string_view(to_string(o.kind)));
-  key(p, "message"); p.pack(o.message);
+  key(p, "v");
+  p.pack(wire_version);
+  key(p, "type");
+  p.pack(std::string_view("outcome"));
+  key(p, "job_id");
+  p.pack(o.job_id);
+  key(p, "nonce");
+  p.pack(o.nonce);
+  key(p, "kind");
+  p.pack(std::string_view(to_string(o.kind)));
+  key(p, "message");
+  p.pack(o.message);
   key(p, "error");
   if (o.error) {
     p.pack_map(6);
-    key(p, "output"); p.pack(o.error->output);
-    key(p, "check"); p.pack(o.error->check);
-    key(p, "first_bad_index"); p.pack(o.error->first_bad_index);
-    key(p, "bad_count"); p.pack(o.error->bad_count);
-    key(p, "max_abs_err"); p.pack(o.error->max_abs_err);
-    key(p, "max_rel_err"); p.pack(o.error->max_rel_err);
+    key(p, "output");
+    p.pack(o.error->output);
+    key(p, "check");
+    p.pack(o.error->check);
+    key(p, "first_bad_index");
+    p.pack(o.error->first_bad_index);
+    key(p, "bad_count");
+    p.pack(o.error->bad_count);
+    key(p, "max_abs_err");
+    p.pack(o.error->max_abs_err);
+    key(p, "max_rel_err");
+    p.pack(o.error->max_rel_err);
   } else {
     p.pack_nil();
   }
   key(p, "time");
   if (o.time) {
     p.pack_map(4);
-    key(p, "median_ms"); p.pack(o.time->median_ms);
-    key(p, "cv"); p.pack(o.time->cv);
-    key(p, "trials"); p.pack(o.time->trials);
-    key(p, "min_ms"); p.pack(o.time->min_ms);
+    key(p, "median_ms");
+    p.pack(o.time->median_ms);
+    key(p, "cv");
+    p.pack(o.time->cv);
+    key(p, "trials");
+    p.pack(o.time->trials);
+    key(p, "min_ms");
+    p.pack(o.time->min_ms);
   } else {
     p.pack_nil();
   }
-  key(p, "queue_ms"); p.pack(o.queue_ms);
-  key(p, "compile_ms"); p.pack(o.compile_ms);
-  key(p, "device_ms"); p.pack(o.device_ms);
-  key(p, "retire"); p.pack(o.retire);
+  key(p, "queue_ms");
+  p.pack(o.queue_ms);
+  key(p, "compile_ms");
+  p.pack(o.compile_ms);
+  key(p, "device_ms");
+  p.pack(o.device_ms);
+  key(p, "retire");
+  p.pack(o.retire);
   return std::string(buf.data(), buf.size());
 }
 
@@ -301,8 +346,9 @@ expected<outcome> decode_outcome(const std::string& bytes) {
     o.job_id = m.u64("job_id");
     o.nonce = m.u64("nonce", false);
     o.kind = enum_from(m, "kind",
-                       {outcome_kind::correct, outcome_kind::wrong, outcome_kind::runtime_error, outcome_kind::timeout,
-                        outcome_kind::compile_error, outcome_kind::nondeterministic, outcome_kind::input_mutated});
+                       {outcome_kind::correct, outcome_kind::wrong, outcome_kind::runtime_error,
+                        outcome_kind::timeout, outcome_kind::compile_error,
+                        outcome_kind::nondeterministic, outcome_kind::input_mutated});
     o.message = m.str("message");
     if (m.has("error")) {
       auto e = m.sub("error");
@@ -336,31 +382,41 @@ std::string encode(const executor_hello& h) {
   msgpack::sbuffer buf;
   packer p(buf);
   p.pack_map(9);
-  key(p, "v"); p.pack(wire_version);
-  key(p, "type"); p.pack(std::string_view("hello"));
-  key(p, "landlock_abi"); p.pack(h.landlock_abi);
-  key(p, "pid"); p.pack(h.pid);
-  key(p, "uid"); p.pack(h.uid);
-  key(p, "net_isolated"); p.pack(h.net_isolated);
-  key(p, "fs_restricted"); p.pack(h.fs_restricted);
-  key(p, "scratch"); p.pack(h.scratch);
-  key(p, "warnings"); p.pack(h.warnings);
+  key(p, "v");
+  p.pack(wire_version);
+  key(p, "type");
+  p.pack(std::string_view("hello"));
+  key(p, "landlock_abi");
+  p.pack(h.landlock_abi);
+  key(p, "pid");
+  p.pack(h.pid);
+  key(p, "uid");
+  p.pack(h.uid);
+  key(p, "net_isolated");
+  p.pack(h.net_isolated);
+  key(p, "fs_restricted");
+  p.pack(h.fs_restricted);
+  key(p, "scratch");
+  p.pack(h.scratch);
+  key(p, "warnings");
+  p.pack(h.warnings);
   return std::string(buf.data(), buf.size());
 }
 
 expected<executor_hello> decode_hello(const std::string& bytes) {
-  return decode_with<executor_hello>(bytes, "hello", [](const map_view& m) -> expected<executor_hello> {
-    if (m.str("type") != "hello") m.fail("not a hello message");
-    executor_hello h;
-    h.pid = m.i64("pid");
-    h.uid = m.i64("uid");
-    h.net_isolated = m.boolean("net_isolated");
-    h.fs_restricted = m.boolean("fs_restricted");
-    h.landlock_abi = m.i64("landlock_abi", false);
-    h.scratch = m.str("scratch");
-    h.warnings = m.str("warnings");
-    return h;
-  });
+  return decode_with<executor_hello>(bytes, "hello",
+                                     [](const map_view& m) -> expected<executor_hello> {
+                                       if (m.str("type") != "hello") m.fail("not a hello message");
+                                       executor_hello h;
+                                       h.pid = m.i64("pid");
+                                       h.uid = m.i64("uid");
+                                       h.net_isolated = m.boolean("net_isolated");
+                                       h.fs_restricted = m.boolean("fs_restricted");
+                                       h.landlock_abi = m.i64("landlock_abi", false);
+                                       h.scratch = m.str("scratch");
+                                       h.warnings = m.str("warnings");
+                                       return h;
+                                     });
 }
 
 } // namespace kiln

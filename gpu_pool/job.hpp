@@ -24,21 +24,21 @@ const char* to_string(job_kind k);
 struct artifact_ref {
   std::string backend = "cpu";
   std::string path;
-  std::string key;      // cache key, for logs and the executor's program cache
+  std::string key;       // cache key, for logs and the executor's program cache
   double compile_ms = 0; // copied into the outcome
 };
 
 struct verify_options {
-  int checks = 5;                 // 1..100; fresh inputs from an unpredictable seed for each
-  bool check_determinism = true;  // a second run on the same inputs must agree
+  int checks = 5;                // 1..100; fresh inputs from an unpredictable seed for each
+  bool check_determinism = true; // a second run on the same inputs must agree
 };
 
 struct timing_options {
   int warmup = 2;
   int min_trials = 5;
   int max_trials = 500;
-  double cv_target = 0.01;        // stop once the coefficient of variation is below this ...
-  double time_cap_ms = 1000;      // ... or once this much time went into trials
+  double cv_target = 0.01;   // stop once the coefficient of variation is below this ...
+  double time_cap_ms = 1000; // ... or once this much time went into trials
   int64_t flush_bytes = int64_t{64} << 20; // cache flush before each trial (cpu: > LLC)
 };
 
@@ -48,18 +48,18 @@ struct job {
   // this keeps a kernel that writes a forged outcome frame onto the channel from being believed.
   uint64_t nonce = 0;
   job_kind kind = job_kind::evaluate;
-  task spec;               // checked (shapes filled) by the executor on arrival
-  artifact_ref artifact;   // unused for baseline
+  task spec;             // checked (shapes filled) by the executor on arrival
+  artifact_ref artifact; // unused for baseline
   verify_options verify;
   timing_options timing;
-  double timeout_s = 60;   // wall clock for the whole job, enforced by the client
-  double queue_ms = 0;     // time queued before the device took it (filled by the caller)
+  double timeout_s = 60; // wall clock for the whole job, enforced by the client
+  double queue_ms = 0;   // time queued before the device took it (filled by the caller)
 };
 
 enum class outcome_kind {
-  correct,          // verify / evaluate passed; time / baseline measured
-  wrong,            // outputs outside tolerance (see mismatch)
-  runtime_error,    // kernel returned non-zero, crashed, wrote out of bounds, bad artifact ...
+  correct,       // verify / evaluate passed; time / baseline measured
+  wrong,         // outputs outside tolerance (see mismatch)
+  runtime_error, // kernel returned non-zero, crashed, wrote out of bounds, bad artifact ...
   timeout,
   compile_error,    // produced by the compile stage, never by the executor
   nondeterministic, // two runs on the same inputs disagree beyond tolerance
@@ -69,12 +69,12 @@ const char* to_string(outcome_kind k);
 bool is_failure(outcome_kind k); // everything but correct
 
 struct mismatch {
-  std::string output;          // output name
-  int check = 0;               // which check (0-based); -1: the final timing run
+  std::string output;           // output name
+  int check = 0;                // which check (0-based); -1: the final timing run
   int64_t first_bad_index = -1; // flat index of the first element outside tolerance
   int64_t bad_count = 0;
   double max_abs_err = 0;
-  double max_rel_err = 0;      // over elements with |ref| > atol
+  double max_rel_err = 0; // over elements with |ref| > atol
 };
 
 struct timings {
@@ -88,9 +88,9 @@ struct outcome {
   uint64_t job_id = 0;
   uint64_t nonce = 0; // the job's nonce
   outcome_kind kind = outcome_kind::runtime_error;
-  std::string message;               // runtime_error reason, compile log, details
-  std::optional<mismatch> error;     // wrong, nondeterministic
-  std::optional<timings> time;       // time / baseline / evaluate when correct
+  std::string message;           // runtime_error reason, compile log, details
+  std::optional<mismatch> error; // wrong, nondeterministic
+  std::optional<timings> time;   // time / baseline / evaluate when correct
   double queue_ms = 0, compile_ms = 0, device_ms = 0;
   // Set by the executor when it will exit after this reply (its state may be damaged, e.g. an
   // out-of-bounds write hit a guard zone): the client reaps it and starts a fresh one.
@@ -103,11 +103,11 @@ outcome make_outcome(const job& j, outcome_kind k, std::string message = {});
 struct executor_hello {
   int64_t pid = 0;
   int64_t uid = 0;
-  bool net_isolated = false; // in its own network namespace
+  bool net_isolated = false;  // in its own network namespace
   bool fs_restricted = false; // landlock: writes only under the scratch directory
-  int64_t landlock_abi = 0;   // >= 4: TCP connect/bind denied, >= 6: no signals outside the executor
+  int64_t landlock_abi = 0; // >= 4: TCP connect/bind denied, >= 6: no signals outside the executor
   std::string scratch;
-  std::string warnings;       // what could not be applied, '; '-separated
+  std::string warnings; // what could not be applied, '; '-separated
 };
 
 // --- wire form: one msgpack map per frame, string keys, version field "v" = 1 ---

@@ -24,7 +24,8 @@ status set_limit(int resource, const char* name, rlim_t value) {
   getrlimit(resource, &cur);
   rlimit lim{value, value};
   if (cur.rlim_max != RLIM_INFINITY && cur.rlim_max < value) lim = {cur.rlim_max, cur.rlim_max};
-  if (setrlimit(resource, &lim) != 0) return error{std::string("setrlimit(") + name + "): " + errno_text()};
+  if (setrlimit(resource, &lim) != 0)
+    return error{std::string("setrlimit(") + name + "): " + errno_text()};
   return ok();
 }
 
@@ -40,10 +41,12 @@ struct __attribute__((packed)) ll_path_beneath_attr {
 };
 constexpr uint32_t ll_create_ruleset_version = 1u << 0;
 constexpr int ll_rule_path_beneath = 1;
-constexpr uint64_t ll_fs_write_file = 1ull << 1, ll_fs_remove_dir = 1ull << 4, ll_fs_remove_file = 1ull << 5,
-                   ll_fs_make_char = 1ull << 6, ll_fs_make_dir = 1ull << 7, ll_fs_make_reg = 1ull << 8,
-                   ll_fs_make_sock = 1ull << 9, ll_fs_make_fifo = 1ull << 10, ll_fs_make_block = 1ull << 11,
-                   ll_fs_make_sym = 1ull << 12, ll_fs_refer = 1ull << 13, ll_fs_truncate = 1ull << 14;
+constexpr uint64_t ll_fs_write_file = 1ull << 1, ll_fs_remove_dir = 1ull << 4,
+                   ll_fs_remove_file = 1ull << 5, ll_fs_make_char = 1ull << 6,
+                   ll_fs_make_dir = 1ull << 7, ll_fs_make_reg = 1ull << 8,
+                   ll_fs_make_sock = 1ull << 9, ll_fs_make_fifo = 1ull << 10,
+                   ll_fs_make_block = 1ull << 11, ll_fs_make_sym = 1ull << 12,
+                   ll_fs_refer = 1ull << 13, ll_fs_truncate = 1ull << 14;
 constexpr uint64_t ll_net_bind_tcp = 1ull << 0, ll_net_connect_tcp = 1ull << 1;
 constexpr uint64_t ll_scope_abstract_unix = 1ull << 0, ll_scope_signal = 1ull << 1;
 
@@ -53,8 +56,9 @@ expected<int> restrict_with_landlock(const std::string& scratch) {
 #ifdef SYS_landlock_create_ruleset
   long abi = syscall(SYS_landlock_create_ruleset, nullptr, 0, ll_create_ruleset_version);
   if (abi < 1) return error{"landlock unavailable: " + errno_text()};
-  uint64_t writes = ll_fs_write_file | ll_fs_remove_dir | ll_fs_remove_file | ll_fs_make_char | ll_fs_make_dir |
-                    ll_fs_make_reg | ll_fs_make_sock | ll_fs_make_fifo | ll_fs_make_block | ll_fs_make_sym;
+  uint64_t writes = ll_fs_write_file | ll_fs_remove_dir | ll_fs_remove_file | ll_fs_make_char |
+                    ll_fs_make_dir | ll_fs_make_reg | ll_fs_make_sock | ll_fs_make_fifo |
+                    ll_fs_make_block | ll_fs_make_sym;
   if (abi >= 2) writes |= ll_fs_refer;
   if (abi >= 3) writes |= ll_fs_truncate;
   ll_ruleset_attr attr{writes, 0, 0};
@@ -76,13 +80,16 @@ expected<int> restrict_with_landlock(const std::string& scratch) {
     long r = syscall(SYS_landlock_add_rule, rs, ll_rule_path_beneath, &pb, 0);
     int saved = errno;
     close(fd);
-    if (r != 0) return error{std::string("landlock_add_rule ") + path + ": " + std::strerror(saved)};
+    if (r != 0)
+      return error{std::string("landlock_add_rule ") + path + ": " + std::strerror(saved)};
     return ok();
   };
   status st = allow(scratch.c_str(), writes);
   if (st) st = allow("/dev/null", ll_fs_write_file | (abi >= 3 ? ll_fs_truncate : 0));
-  if (st && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) st = error{"PR_SET_NO_NEW_PRIVS: " + errno_text()};
-  if (st && syscall(SYS_landlock_restrict_self, rs, 0) != 0) st = error{"landlock_restrict_self: " + errno_text()};
+  if (st && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    st = error{"PR_SET_NO_NEW_PRIVS: " + errno_text()};
+  if (st && syscall(SYS_landlock_restrict_self, rs, 0) != 0)
+    st = error{"landlock_restrict_self: " + errno_text()};
   close(rs);
   if (!st) return st.err();
   return static_cast<int>(abi);
@@ -97,10 +104,14 @@ expected<sandbox_state> apply_sandbox(const sandbox_options& opts) {
   sandbox_state st;
   if (auto s = set_limit(RLIMIT_CORE, "RLIMIT_CORE", 0); !s) return s.err();
   if (opts.file_size_mib > 0)
-    if (auto s = set_limit(RLIMIT_FSIZE, "RLIMIT_FSIZE", static_cast<rlim_t>(opts.file_size_mib) << 20); !s)
+    if (auto s =
+            set_limit(RLIMIT_FSIZE, "RLIMIT_FSIZE", static_cast<rlim_t>(opts.file_size_mib) << 20);
+        !s)
       return s.err();
   if (opts.address_space_mib > 0)
-    if (auto s = set_limit(RLIMIT_AS, "RLIMIT_AS", static_cast<rlim_t>(opts.address_space_mib) << 20); !s)
+    if (auto s =
+            set_limit(RLIMIT_AS, "RLIMIT_AS", static_cast<rlim_t>(opts.address_space_mib) << 20);
+        !s)
       return s.err();
   // A crashing kernel must not leave a core file or a ptrace-able process behind.
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -116,7 +127,8 @@ expected<sandbox_state> apply_sandbox(const sandbox_options& opts) {
       st.net_isolated = true;
     } else {
       std::string first = errno_text();
-      // Unprivileged fallback: a user namespace grants CLONE_NEWNET inside it; it rules out the uid drop.
+      // Unprivileged fallback: a user namespace grants CLONE_NEWNET inside it; it rules out the uid
+      // drop.
       if (!opts.drop_privileges && unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0) {
         st.net_isolated = true;
       } else {
@@ -149,7 +161,8 @@ expected<sandbox_state> apply_sandbox(const sandbox_options& opts) {
 void set_cpu_budget(double seconds) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  double used = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  double used =
+      ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
   rlimit cur{};
   getrlimit(RLIMIT_CPU, &cur);
   rlim_t soft = static_cast<rlim_t>(used + seconds) + 1;

@@ -11,12 +11,12 @@
 namespace kiln {
 
 struct sandbox_options {
-  std::string scratch_dir;          // must exist; becomes cwd, TMPDIR and HOME
+  std::string scratch_dir;           // must exist; becomes cwd, TMPDIR and HOME
   int64_t address_space_mib = 16384; // RLIMIT_AS; 0 = leave as is
   int64_t file_size_mib = 64;        // RLIMIT_FSIZE: a bigger write gets SIGXFSZ
   bool isolate_network = true;       // unshare(CLONE_NEWNET) (no interfaces but a down loopback)
-  bool restrict_fs = true;           // landlock: writes only under scratch_dir (+ TCP and signal scoping)
-  bool drop_privileges = false;      // when root: become nobody (65534); artifacts must stay readable
+  bool restrict_fs = true; // landlock: writes only under scratch_dir (+ TCP and signal scoping)
+  bool drop_privileges = false; // when root: become nobody (65534); artifacts must stay readable
 };
 
 struct sandbox_state {

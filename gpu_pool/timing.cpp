@@ -16,7 +16,8 @@ void cache_flusher::flush(int64_t bytes) {
     size_ = buf_ ? bytes : 0;
     if (!buf_) return;
   }
-  // Plain stores (not memset: glibc uses non-temporal stores for big sizes, which bypass the cache).
+  // Plain stores (not memset: glibc uses non-temporal stores for big sizes, which bypass the
+  // cache).
   volatile unsigned char* p = buf_.get();
   unsigned char v = ++tick_;
   for (int64_t i = 0; i < size_; i += 64) p[i] = v;
@@ -44,8 +45,8 @@ double cv_of(const std::vector<double>& v) {
   return std::sqrt(var) / mean;
 }
 
-expected<timing_summary> measure(const timing_options& opts, cache_flusher& flusher, const untimed_fn& prepare,
-                                 const timed_fn& run) {
+expected<timing_summary> measure(const timing_options& opts, cache_flusher& flusher,
+                                 const untimed_fn& prepare, const timed_fn& run) {
   for (int i = 0; i < opts.warmup; ++i) {
     if (prepare)
       if (auto st = prepare(); !st) return st.err();
@@ -62,14 +63,18 @@ expected<timing_summary> measure(const timing_options& opts, cache_flusher& flus
     auto r = run();
     if (!r) return r.err();
     s.samples_ms.push_back(*r);
-    double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    double spent =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     int n = static_cast<int>(s.samples_ms.size());
-    if (n >= opts.min_trials && (cv_of(s.samples_ms) <= opts.cv_target || spent >= opts.time_cap_ms)) break;
+    if (n >= opts.min_trials &&
+        (cv_of(s.samples_ms) <= opts.cv_target || spent >= opts.time_cap_ms))
+      break;
   }
   s.t.trials = static_cast<int>(s.samples_ms.size());
   s.t.median_ms = median_of(s.samples_ms);
   s.t.cv = cv_of(s.samples_ms);
-  s.t.min_ms = s.samples_ms.empty() ? 0 : *std::min_element(s.samples_ms.begin(), s.samples_ms.end());
+  s.t.min_ms =
+      s.samples_ms.empty() ? 0 : *std::min_element(s.samples_ms.begin(), s.samples_ms.end());
   return s;
 }
 

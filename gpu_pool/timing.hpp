@@ -1,5 +1,6 @@
 // The timing method shared by kernels and baselines (same code, same process, same flush).
-//   prepare (untimed) -> cache flush (untimed) -> run (timed) ... until CV target / cap -> median, CV
+//   prepare (untimed) -> cache flush (untimed) -> run (timed) ... until CV target / cap -> median,
+//   CV
 #pragma once
 
 #include "data/expected.hpp"
@@ -38,9 +39,10 @@ double median_of(std::vector<double> v);
 double cv_of(const std::vector<double>& v); // stddev / mean; 0 for fewer than 2 samples
 
 // warmup runs, then trials: each one calls prepare (e.g. refresh inputs), flushes, calls run.
-// Stops after min_trials once cv <= cv_target, or once the loop ran time_cap_ms (wall), or at max_trials.
-expected<timing_summary> measure(const timing_options& opts, cache_flusher& flusher, const untimed_fn& prepare,
-                                 const timed_fn& run);
+// Stops after min_trials once cv <= cv_target, or once the loop ran time_cap_ms (wall), or at
+// max_trials.
+expected<timing_summary> measure(const timing_options& opts, cache_flusher& flusher,
+                                 const untimed_fn& prepare, const timed_fn& run);
 
 // Wraps a synchronous call in the monotonic clock.
 timed_fn wall_timed(std::function<status()> call);

@@ -1,5 +1,6 @@
 // Verification and timing on LibTorch CPU tensors. Guard zones around every buffer the kernel can
-// reach catch small out-of-bounds writes that would not crash; NaN poison catches unwritten outputs.
+// reach catch small out-of-bounds writes that would not crash; NaN poison catches unwritten
+// outputs.
 #include "gpu_pool/verify.hpp"
 
 #include "data/reference.hpp"
@@ -29,8 +30,10 @@ guarded make_guarded(at::IntArrayRef shape, at::ScalarType type) {
   for (auto d : shape) n *= d;
   guarded g;
   g.storage = at::empty({n + 2 * guard_elems}, at::TensorOptions().dtype(type));
-  if (type == at::kLong) g.storage.fill_(canary_i);
-  else g.storage.fill_(canary_f);
+  if (type == at::kLong)
+    g.storage.fill_(canary_i);
+  else
+    g.storage.fill_(canary_f);
   g.data = g.storage.narrow(0, guard_elems, n).view(shape);
   return g;
 }
@@ -39,13 +42,16 @@ bool guards_intact(const guarded& g) {
   int64_t n = g.data.numel();
   auto head = g.storage.narrow(0, 0, guard_elems);
   auto tail = g.storage.narrow(0, guard_elems + n, guard_elems);
-  if (g.storage.scalar_type() == at::kLong) return head.eq(canary_i).all().item<bool>() && tail.eq(canary_i).all().item<bool>();
+  if (g.storage.scalar_type() == at::kLong)
+    return head.eq(canary_i).all().item<bool>() && tail.eq(canary_i).all().item<bool>();
   return head.eq(canary_f).all().item<bool>() && tail.eq(canary_f).all().item<bool>();
 }
 
 void poison(guarded& g) {
-  if (g.data.scalar_type() == at::kLong) g.data.fill_(poison_i);
-  else g.data.fill_(std::numeric_limits<float>::quiet_NaN());
+  if (g.data.scalar_type() == at::kLong)
+    g.data.fill_(poison_i);
+  else
+    g.data.fill_(std::numeric_limits<float>::quiet_NaN());
 }
 
 // The cpu ABI's form of a tensor: float32 (int64 stays int64), dense, row-major.
@@ -61,7 +67,8 @@ struct out_spec {
 
 std::vector<out_spec> out_specs(const std::vector<at::Tensor>& ref) {
   std::vector<out_spec> s;
-  for (const auto& r : ref) s.push_back({r.sizes().vec(), r.scalar_type() == at::kLong ? at::kLong : at::kFloat});
+  for (const auto& r : ref)
+    s.push_back({r.sizes().vec(), r.scalar_type() == at::kLong ? at::kLong : at::kFloat});
   return s;
 }
 
@@ -89,12 +96,14 @@ struct call_buffers {
 };
 
 // After a call: guard zones, then inputs and params unchanged. Empty when all is well.
-std::optional<check_result> inspect(const task& t, const call_buffers& b, const std::vector<at::Tensor>& inputs,
+std::optional<check_result> inspect(const task& t, const call_buffers& b,
+                                    const std::vector<at::Tensor>& inputs,
                                     const std::vector<at::Tensor>& params) {
   auto guard_hit = [&](const char* what, const std::string& name) {
     check_result r;
     r.kind = outcome_kind::runtime_error;
-    r.message = std::string("out-of-bounds write: guard zone around ") + what + " '" + name + "' overwritten";
+    r.message = std::string("out-of-bounds write: guard zone around ") + what + " '" + name +
+                "' overwritten";
     r.retire = true; // the write may have reached memory we cannot see: start a fresh executor
     return r;
   };
@@ -117,16 +126,18 @@ std::optional<check_result> inspect(const task& t, const call_buffers& b, const 
   return std::nullopt;
 }
 
-std::optional<check_result> compare_all(const task& t, const call_buffers& b, const std::vector<at::Tensor>& ref,
-                                        int check) {
+std::optional<check_result> compare_all(const task& t, const call_buffers& b,
+                                        const std::vector<at::Tensor>& ref, int check) {
   for (size_t i = 0; i < ref.size(); ++i) {
     if (auto mm = compare_output(b.out[i].data, ref[i], t.tol)) {
       mm->output = t.outputs[i];
       mm->check = check;
       check_result r;
       r.kind = outcome_kind::wrong;
-      r.message = "output '" + mm->output + "': " + std::to_string(mm->bad_count) + " elements outside tolerance" +
-                  (check >= 0 ? " in check " + std::to_string(check) : std::string(" after timing"));
+      r.message =
+          "output '" + mm->output + "': " + std::to_string(mm->bad_count) +
+          " elements outside tolerance" +
+          (check >= 0 ? " in check " + std::to_string(check) : std::string(" after timing"));
       r.error = mm;
       return r;
     }
@@ -154,7 +165,8 @@ std::vector<at::Tensor> kernel_form(const std::vector<at::Tensor>& v) {
 
 } // namespace
 
-std::optional<mismatch> compare_output(const at::Tensor& out, const at::Tensor& ref, const tolerance& tol) {
+std::optional<mismatch> compare_output(const at::Tensor& out, const at::Tensor& ref,
+                                       const tolerance& tol) {
   auto o = out.reshape({-1});
   auto r = ref.reshape({-1});
   mismatch mm;
@@ -183,12 +195,13 @@ std::optional<mismatch> compare_output(const at::Tensor& out, const at::Tensor& 
   mm.max_abs_err = diff.max().item<double>();
   auto rabs = r.to(at::kDouble).abs();
   auto sel = rabs.gt(tol.atol);
-  if (sel.any().item<bool>()) mm.max_rel_err = (diff.masked_select(sel) / rabs.masked_select(sel)).max().item<double>();
+  if (sel.any().item<bool>())
+    mm.max_rel_err = (diff.masked_select(sel) / rabs.masked_select(sel)).max().item<double>();
   return mm;
 }
 
-check_result verify_cpu(const task& t, const std::vector<at::Tensor>& params, const kernel_call& kernel,
-                        const verify_options& opts) {
+check_result verify_cpu(const task& t, const std::vector<at::Tensor>& params,
+                        const kernel_call& kernel, const verify_options& opts) {
   auto params_k = kernel_form(params);
   for (int c = 0; c < opts.checks; ++c) {
     auto inputs = make_inputs(t, fresh_seed(), at::kCPU);
@@ -211,14 +224,17 @@ check_result verify_cpu(const task& t, const std::vector<at::Tensor>& params, co
     }
   }
   check_result r;
-  r.message = std::to_string(opts.checks) + " checks passed" + (opts.check_determinism ? " (each run twice)" : "");
+  r.message = std::to_string(opts.checks) + " checks passed" +
+              (opts.check_determinism ? " (each run twice)" : "");
   return r;
 }
 
-check_result time_cpu_kernel(const task& t, const std::vector<at::Tensor>& params, const kernel_call& kernel,
-                             const timing_options& opts, cache_flusher& flusher) {
+check_result time_cpu_kernel(const task& t, const std::vector<at::Tensor>& params,
+                             const kernel_call& kernel, const timing_options& opts,
+                             cache_flusher& flusher) {
   auto params_k = kernel_form(params);
-  std::vector<at::Tensor> sets[2] = {make_inputs(t, fresh_seed(), at::kCPU), make_inputs(t, fresh_seed(), at::kCPU)};
+  std::vector<at::Tensor> sets[2] = {make_inputs(t, fresh_seed(), at::kCPU),
+                                     make_inputs(t, fresh_seed(), at::kCPU)};
   std::vector<at::Tensor> sets_k[2] = {kernel_form(sets[0]), kernel_form(sets[1])};
   auto ref0 = run_reference(t, sets[0], params);
   if (!ref0) return runtime_error_result("reference failed: " + ref0.message());
@@ -241,8 +257,8 @@ check_result time_cpu_kernel(const task& t, const std::vector<at::Tensor>& param
   return r;
 }
 
-check_result time_cpu_reference(const task& t, const std::vector<at::Tensor>& params, const timing_options& opts,
-                                cache_flusher& flusher) {
+check_result time_cpu_reference(const task& t, const std::vector<at::Tensor>& params,
+                                const timing_options& opts, cache_flusher& flusher) {
   auto inputs = make_inputs(t, fresh_seed(), at::kCPU);
   auto run = wall_timed([&]() -> status {
     auto r = run_reference(t, inputs, params);

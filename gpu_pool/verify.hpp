@@ -33,21 +33,23 @@ struct check_result {
 
 // Compares a kernel output with the reference: allclose(atol, rtol) per element, NaN never equal
 // to a number, integer outputs exactly. nullopt when everything is within tolerance.
-std::optional<mismatch> compare_output(const at::Tensor& out, const at::Tensor& ref, const tolerance& tol);
+std::optional<mismatch> compare_output(const at::Tensor& out, const at::Tensor& ref,
+                                       const tolerance& tol);
 
 // `checks` rounds of fresh inputs (seeds from std::random_device); each round: reference, kernel,
 // guard / input-mutation / tolerance checks, and a second kernel run that must agree.
-check_result verify_cpu(const task& t, const std::vector<at::Tensor>& params, const kernel_call& kernel,
-                        const verify_options& opts);
+check_result verify_cpu(const task& t, const std::vector<at::Tensor>& params,
+                        const kernel_call& kernel, const verify_options& opts);
 
 // Times the kernel. Two input sets alternate in the same buffers between trials (a kernel that
 // caches results by pointer gets stale answers), outputs are re-poisoned every trial, and the last
 // trial's outputs are checked against the reference afterwards.
-check_result time_cpu_kernel(const task& t, const std::vector<at::Tensor>& params, const kernel_call& kernel,
-                             const timing_options& opts, cache_flusher& flusher);
+check_result time_cpu_kernel(const task& t, const std::vector<at::Tensor>& params,
+                             const kernel_call& kernel, const timing_options& opts,
+                             cache_flusher& flusher);
 
 // Times run_reference on one fresh input set, by the same method.
-check_result time_cpu_reference(const task& t, const std::vector<at::Tensor>& params, const timing_options& opts,
-                                cache_flusher& flusher);
+check_result time_cpu_reference(const task& t, const std::vector<at::Tensor>& params,
+                                const timing_options& opts, cache_flusher& flusher);
 
 } // namespace kiln

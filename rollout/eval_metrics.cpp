@@ -71,21 +71,25 @@ nlohmann::json to_json(const eval_summary& s) {
   for (const auto& [p, v] : s.fast_eager) j["fast_" + p_key(p) + "_eager"] = v;
   for (double p : fast_p_thresholds()) {
     std::string key = "fast_" + p_key(p) + "_compile";
-    if (s.fast_compile) j[key] = s.fast_compile->at(p);
-    else j[key] = "n/a";
+    if (s.fast_compile)
+      j[key] = s.fast_compile->at(p);
+    else
+      j[key] = "n/a";
   }
   j["geomean_eager"] = s.geomean_eager;
-  j["geomean_compile"] = s.geomean_compile ? nlohmann::json(*s.geomean_compile) : nlohmann::json("n/a");
-  j["share_faster_than_compile"] =
-    s.share_faster_than_compile ? nlohmann::json(*s.share_faster_than_compile) : nlohmann::json("n/a");
+  j["geomean_compile"] =
+      s.geomean_compile ? nlohmann::json(*s.geomean_compile) : nlohmann::json("n/a");
+  j["share_faster_than_compile"] = s.share_faster_than_compile
+                                       ? nlohmann::json(*s.share_faster_than_compile)
+                                       : nlohmann::json("n/a");
   j["mean_turns"] = s.mean_turns;
   return j;
 }
 
 nlohmann::json to_json(const eval_row& r) {
-  nlohmann::json j = {{"task", r.task},           {"level", r.level},         {"outcome", r.outcome},
-                      {"correct", r.correct},     {"kernel_ms", r.kernel_ms}, {"eager_ms", r.eager_ms},
-                      {"turns", r.turns},         {"program", r.program}};
+  nlohmann::json j = {{"task", r.task},       {"level", r.level},         {"outcome", r.outcome},
+                      {"correct", r.correct}, {"kernel_ms", r.kernel_ms}, {"eager_ms", r.eager_ms},
+                      {"turns", r.turns},     {"program", r.program}};
   j["compiled_ms"] = r.compiled_ms ? nlohmann::json(*r.compiled_ms) : nlohmann::json("n/a");
   j["speedup_eager"] = r.correct && r.kernel_ms > 0 ? r.eager_ms / r.kernel_ms : 0.0;
   if (!r.message.empty()) j["message"] = r.message;

@@ -1,6 +1,6 @@
 // Evaluation metrics as KernelBench and CUDA Agent report them, from per-task outcomes:
-//   rows (task, correct, kernel ms, eager ms, compile-baseline ms?) --summarize--> pass rate, fast_p,
-//   geomean speedups, share faster than torch.compile; per level and overall.
+//   rows (task, correct, kernel ms, eager ms, compile-baseline ms?) --summarize--> pass rate,
+//   fast_p, geomean speedups, share faster than torch.compile; per level and overall.
 #pragma once
 
 #include <map>
@@ -15,10 +15,10 @@ namespace kiln {
 struct eval_row {
   std::string task;
   int level = 1;
-  std::string outcome;             // outcome_kind as text
+  std::string outcome; // outcome_kind as text
   bool correct = false;
-  double kernel_ms = 0;            // median; 0 when not correct
-  double eager_ms = 0;             // eager baseline median, measured by the same executor
+  double kernel_ms = 0;              // median; 0 when not correct
+  double eager_ms = 0;               // eager baseline median, measured by the same executor
   std::optional<double> compiled_ms; // torch.compile baseline from a baselines file, if any
   int turns = 1;
   std::string program;
@@ -30,10 +30,10 @@ const std::vector<double>& fast_p_thresholds();
 
 struct eval_summary {
   int tasks = 0;
-  double pass_rate = 0;                       // fast_0: share correct
-  std::map<double, double> fast_eager;        // p -> share of ALL tasks correct and > p x faster
+  double pass_rate = 0;                // fast_0: share correct
+  std::map<double, double> fast_eager; // p -> share of ALL tasks correct and > p x faster
   std::optional<std::map<double, double>> fast_compile; // absent without compile baselines
-  double geomean_eager = 0;                   // over correct tasks; 0 when none
+  double geomean_eager = 0;                             // over correct tasks; 0 when none
   std::optional<double> geomean_compile;
   std::optional<double> share_faster_than_compile;
   double mean_turns = 0;
@@ -41,8 +41,8 @@ struct eval_summary {
 
 eval_summary summarize(const std::vector<eval_row>& rows);
 
-// {"tasks", "pass_rate", "fast_1_eager", "fast_1_compile", "geomean_eager", "geomean_compile", ...};
-// compile-based keys are the string "n/a" without baselines, never a guess.
+// {"tasks", "pass_rate", "fast_1_eager", "fast_1_compile", "geomean_eager", "geomean_compile",
+// ...}; compile-based keys are the string "n/a" without baselines, never a guess.
 nlohmann::json to_json(const eval_summary& s);
 nlohmann::json to_json(const eval_row& r);
 

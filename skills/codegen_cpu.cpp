@@ -1,5 +1,7 @@
 #include "skills/codegen_cpu.hpp"
 
+#include "skills/codegen_common.hpp"
+
 #include "data/op_vocab.hpp"
 #include "skills/grammar.hpp"
 
@@ -14,55 +16,16 @@ namespace {
 
 using std::string;
 
-string lit(int64_t v) { return std::to_string(v) + "LL"; }
+string lit(int64_t v) { return int_literal(v, cpu_dialect); }
 
-// A float literal that round-trips; infinities spelled with builtins (no <limits> needed).
-string flit(double v) {
-  if (std::isnan(v)) return "__builtin_nanf(\"\")";
-  if (std::isinf(v)) return v > 0 ? "__builtin_inff()" : "(-__builtin_inff())";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(static_cast<float>(v)));
-  string s = buf;
-  if (s.find_first_of(".e") == string::npos) s += ".0";
-  return s + "f";
-}
+string flit(double v) { return float_literal(v, cpu_dialect); }
 
 int64_t prod(const shape_t& s, std::size_t from = 0, std::size_t to = SIZE_MAX) {
-  int64_t p = 1;
-  for (std::size_t i = from; i < std::min(to, s.size()); ++i) p *= s[i];
-  return p;
+  return shape_product(s, from, to);
 }
 
-// Index into a tensor of shape `operand` that broadcasts to `out`, from the linear index `i` of
-// `out`. Runs of consecutive non-broadcast dims merge into one div/mod pair.
 string bcast_index(const shape_t& operand, const shape_t& out, const string& i) {
-  if (operand == out) return i;
-  if (prod(operand) == 1) return "0";
-  std::size_t n = out.size(), pad = n - operand.size();
-  std::vector<int64_t> ostride(n, 1), pstride(n, 0);
-  for (std::size_t d = n; d-- > 1;) ostride[d - 1] = ostride[d] * out[d];
-  int64_t s = 1;
-  for (std::size_t d = n; d-- > pad;) {
-    int64_t ext = operand[d - pad];
-    pstride[d] = ext == 1 ? 0 : s;
-    s *= ext;
-  }
-  string expr;
-  for (std::size_t d = 0; d < n;) {
-    if (pstride[d] == 0) {
-      ++d;
-      continue;
-    }
-    std::size_t e = d;
-    int64_t ext = out[d];
-    while (e + 1 < n && pstride[e + 1] != 0 && pstride[e] == pstride[e + 1] * out[e + 1]) ext *= out[++e];
-    string term = "(" + i + " / " + lit(ostride[e]) + ")";
-    if (d > 0) term = "(" + term + " % " + lit(ext) + ")";
-    if (pstride[e] != 1) term += " * " + lit(pstride[e]);
-    expr += (expr.empty() ? "" : " + ") + term;
-    d = e + 1;
-  }
-  return expr.empty() ? "0" : "(" + expr + ")";
+  return broadcast_index(operand, out, i, cpu_dialect);
 }
 
 struct gen {
@@ -74,10 +37,10 @@ struct gen {
   string ptr(const string& name) const {
     auto r = find_value(t, name);
     switch (r.k) {
-      case value_ref::kind::input: return "I" + std::to_string(r.index);
-      case value_ref::kind::param: return "P" + std::to_string(r.index);
-      case value_ref::kind::op: return "V" + std::to_string(r.index);
-      case value_ref::kind::none: break;
+    case value_ref::kind::input: return "I" + std::to_string(r.index);
+    case value_ref::kind::param: return "P" + std::to_string(r.index);
+    case value_ref::kind::op: return "V" + std::to_string(r.index);
+    case value_ref::kind::none: break;
     }
     return "NULL_VALUE";
   }
@@ -87,63 +50,7 @@ struct gen {
   }
 };
 
-// The formula of one elementwise op on a0 (and a1), PyTorch semantics.
-string elementwise_formula(const op_node& op) {
-  const auto& a = op.attrs;
-  const string& n = op.op;
-  if (n == "relu") return "(a0 < 0.f ? 0.f : a0)";
-  if (n == "leaky_relu") return "(a0 > 0.f ? a0 : a0 * " + flit(attr_real(a, "negative_slope", 0.01)) + ")";
-  if (n == "sigmoid") return "(1.f / (1.f + kiln_exp(-a0)))";
-  if (n == "tanh") return "kiln_tanh(a0)";
-  if (n == "gelu") {
-    if (attr_string(a, "approximate", "none") == "tanh")
-      return "(0.5f * a0 * (1.f + kiln_tanh(0.797884560802865f * (a0 + 0.044715f * a0 * a0 * a0))))";
-    return "(0.5f * a0 * (1.f + kiln_erf(a0 * 0.707106781186547f)))";
-  }
-  if (n == "silu") return "(a0 / (1.f + kiln_exp(-a0)))";
-  if (n == "mish") return "kiln_mish(a0)";
-  if (n == "hardswish") return "(a0 * std::min(std::max(a0 + 3.f, 0.f), 6.f) / 6.f)";
-  if (n == "hardsigmoid") return "(std::min(std::max(a0 + 3.f, 0.f), 6.f) / 6.f)";
-  if (n == "hardtanh")
-    return "std::min(std::max(a0, " + flit(attr_real(a, "min_val", -1.0)) + "), " +
-           flit(attr_real(a, "max_val", 1.0)) + ")";
-  if (n == "elu") return "(a0 > 0.f ? a0 : " + flit(attr_real(a, "alpha", 1.0)) + " * std::expm1(a0))";
-  if (n == "selu") return "(1.05070098735548f * (a0 > 0.f ? a0 : 1.67326324235437f * std::expm1(a0)))";
-  if (n == "softplus") {
-    string b = flit(attr_real(a, "beta", 1.0)), th = flit(attr_real(a, "threshold", 20.0));
-    return "(a0 * " + b + " > " + th + " ? a0 : std::log1p(kiln_exp(a0 * " + b + ")) / " + b + ")";
-  }
-  if (n == "softsign") return "(a0 / (1.f + std::fabs(a0)))";
-  if (n == "exp") return "kiln_exp(a0)";
-  if (n == "log") return "std::log(a0)";
-  if (n == "abs") return "std::fabs(a0)";
-  if (n == "neg") return "(-a0)";
-  if (n == "sqrt") return "std::sqrt(a0)";
-  if (n == "rsqrt") return "(1.f / std::sqrt(a0))";
-  if (n == "clamp") {
-    string e = "a0";
-    if (has_attr(a, "min")) e = "std::max(" + e + ", " + flit(attr_real(a, "min", 0)) + ")";
-    if (has_attr(a, "max")) e = "std::min(" + e + ", " + flit(attr_real(a, "max", 0)) + ")";
-    return e;
-  }
-  if (n == "add") return "(a0 + a1)";
-  if (n == "sub") return "(a0 - a1)";
-  if (n == "mul") return "(a0 * a1)";
-  if (n == "div") return "(a0 / a1)";
-  if (n == "maximum") return "((a0 != a0 || a0 > a1) ? a0 : a1)";
-  if (n == "minimum") return "((a0 != a0 || a0 < a1) ? a0 : a1)";
-  if (n == "pow") {
-    if (op.args.size() == 1) {
-      double s = attr_real(a, "scalar", 1.0);
-      if (s == 2.0) return "(a0 * a0)";
-      if (s == 3.0) return "(a0 * a0 * a0)";
-      if (s == 1.0) return "a0";
-      if (s == 0.5) return "std::sqrt(a0)";
-    }
-    return "std::pow(a0, a1)";
-  }
-  return "";
-}
+string elementwise_formula(const op_node& op) { return kiln::elementwise_formula(op, cpu_dialect); }
 
 // A lambda `name(i, v)` applying ops [from, to] of the task at output index i; an argument that
 // is the previous op of the chain reads the register v, any other argument is loaded (broadcast).
@@ -162,7 +69,8 @@ string chain_lambda(gen& g, const string& name, int64_t from, int64_t to, int64_
       string e;
       if (k < op.args.size()) {
         auto r = find_value(g.t, op.args[k]);
-        bool reg = r.k == value_ref::kind::op && static_cast<int64_t>(r.index) == j - 1 && j > chain_start;
+        bool reg =
+            r.k == value_ref::kind::op && static_cast<int64_t>(r.index) == j - 1 && j > chain_start;
         e = reg ? "v" : g.load(op.args[k], op.shape, "i");
       } else {
         e = flit(attr_real(op.attrs, "scalar", 0.0));
@@ -189,11 +97,14 @@ void emit_elementwise_loop(gen& g, const string& dst, int64_t n, int64_t vec, in
   int64_t grain = std::max<int64_t>(1, grain_elems / vec);
   o << "  pfor(host, " << lit(units) << ", " << lit(grain) << ", [&](int64_t ub, int64_t ue) {\n";
   o << "    int64_t i = ub * " << lit(vec) << ";\n";
-  o << "    const int64_t ie = " << (bounds ? "std::min<int64_t>(" + lit(n) + ", ue * " + lit(vec) + ")" : "ue * " + lit(vec)) << ";\n";
+  o << "    const int64_t ie = "
+    << (bounds ? "std::min<int64_t>(" + lit(n) + ", ue * " + lit(vec) + ")" : "ue * " + lit(vec))
+    << ";\n";
   if (unroll > 1) o << "#pragma GCC unroll " << unroll << "\n";
   o << "    for (; i + " << lit(vec) << " <= ie; i += " << lit(vec) << ") {\n";
   o << "#pragma GCC ivdep\n";
-  o << "      for (int64_t l = 0; l < " << lit(vec) << "; ++l) " << dst << "[i + l] = " << body << "(i + l);\n";
+  o << "      for (int64_t l = 0; l < " << lit(vec) << "; ++l) " << dst << "[i + l] = " << body
+    << "(i + l);\n";
   o << "    }\n";
   if (bounds && vec > 1) o << "    for (; i < ie; ++i) " << dst << "[i] = " << body << "(i);\n";
   o << "  });\n";
@@ -212,8 +123,8 @@ void emit_elementwise(gen& g, const group& grp, const string& dst) {
 struct gemm_desc {
   int64_t nb = 1, m = 1, n = 1, k = 1;
   bool trans_b = false;
-  string a, b, bias;     // pointers
-  string a_off, b_off;   // element offsets as expressions of the batch index `bi`
+  string a, b, bias;   // pointers
+  string a_off, b_off; // element offsets as expressions of the batch index `bi`
   int64_t a_numel = 0, b_numel = 0;
 };
 
@@ -283,17 +194,20 @@ void emit_library(gen& g, const group& grp, const gemm_desc& d, const string& ds
     for (auto [name, count] : {std::pair<string, int64_t>{"A", d.a_numel}, {"B", d.b_numel}}) {
       o << "  {\n    float* r = (float*)host->alloc(host, " << lit(count * 4) << ");\n"
         << "    if (!r) return 2;\n    const float* s = " << name << ";\n"
-        << "    pfor(host, " << lit(count) << ", 16384, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) r[i] = "
+        << "    pfor(host, " << lit(count)
+        << ", 16384, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) r[i] = "
         << rounding(precision) << "(s[i]); });\n    " << name << " = r;\n  }\n";
     }
   }
   o << "  for (int64_t bi = 0; bi < " << lit(d.nb) << "; ++bi)\n"
-    << "    host->sgemm(host, 0, " << (d.trans_b ? 1 : 0) << ", " << lit(d.m) << ", " << lit(d.n) << ", "
-    << lit(d.k) << ", 1.f, A + " << d.a_off << ", " << lit(d.k) << ", B + " << d.b_off << ", "
-    << lit(d.trans_b ? d.k : d.n) << ", 0.f, " << dst << " + bi * " << lit(d.m * d.n) << ", " << lit(d.n) << ");\n";
+    << "    host->sgemm(host, 0, " << (d.trans_b ? 1 : 0) << ", " << lit(d.m) << ", " << lit(d.n)
+    << ", " << lit(d.k) << ", 1.f, A + " << d.a_off << ", " << lit(d.k) << ", B + " << d.b_off
+    << ", " << lit(d.trans_b ? d.k : d.n) << ", 0.f, " << dst << " + bi * " << lit(d.m * d.n)
+    << ", " << lit(d.n) << ");\n";
   if (precision == 2)
-    o << "  pfor(host, " << lit(d.nb * d.m * d.n) << ", 16384, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) "
-      << dst << "[i] = kiln_fp16(" << dst << "[i]); });\n";
+    o << "  pfor(host, " << lit(d.nb * d.m * d.n)
+      << ", 16384, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) " << dst
+      << "[i] = kiln_fp16(" << dst << "[i]); });\n";
   if (grp.num_ops == 1 && d.bias.empty()) return;
   o << epilogue(g, grp);
   string bias = d.bias.empty() ? "" : " + " + d.bias + "[i % " + lit(d.n) + "]";
@@ -304,32 +218,38 @@ void emit_library(gen& g, const group& grp, const gemm_desc& d, const string& ds
 
 void emit_gemm(gen& g, const group& grp, const gemm_desc& d, const string& dst) {
   auto& o = g.o;
-  int64_t tm = grp.get(knob::tile_m, 32), tn = grp.get(knob::tile_n, 32), tk = grp.get(knob::tile_k, 16);
+  int64_t tm = grp.get(knob::tile_m, 32), tn = grp.get(knob::tile_n, 32),
+          tk = grp.get(knob::tile_k, 16);
   int64_t sk = grp.get(knob::split_k, 1), precision = grp.get(knob::precision, 0);
   bool stage = grp.get(knob::stage, 0) != 0, bounds = grp.get(knob::bounds, 1) != 0;
-  int64_t mt = bounds ? (d.m + tm - 1) / tm : d.m / tm, nt = bounds ? (d.n + tn - 1) / tn : d.n / tn;
+  int64_t mt = bounds ? (d.m + tm - 1) / tm : d.m / tm,
+          nt = bounds ? (d.n + tn - 1) / tn : d.n / tn;
   int64_t kc = bounds ? (d.k + sk - 1) / sk : d.k / sk;
   string acc = precision == 2 ? "_Float16" : "float";
   string rnd = precision == 1 ? "kiln_tf32" : "";
-  string bget = d.trans_b ? "b[(n0 + j) * " + lit(d.k) + " + k0 + kk]" : "b[(k0 + kk) * " + lit(d.n) + " + n0 + j]";
+  string bget = d.trans_b ? "b[(n0 + j) * " + lit(d.k) + " + k0 + kk]"
+                          : "b[(k0 + kk) * " + lit(d.n) + " + n0 + j]";
   o << epilogue(g, grp);
   o << "  constexpr int64_t M = " << lit(d.m) << ", N = " << lit(d.n) << ", K = " << lit(d.k)
-    << ", TM = " << tm << ", TN = " << tn << ", TK = " << tk << ", SK = " << sk << ", KC = " << lit(kc)
-    << ", MT = " << lit(mt) << ", NT = " << lit(nt) << ";\n";
+    << ", TM = " << tm << ", TN = " << tn << ", TK = " << tk << ", SK = " << sk
+    << ", KC = " << lit(kc) << ", MT = " << lit(mt) << ", NT = " << lit(nt) << ";\n";
   o << "  const float* A = " << d.a << ";\n  const float* B = " << d.b << ";\n";
   o << "  pfor(host, " << lit(d.nb * mt * nt) << ", 1, [&](int64_t wb, int64_t we) {\n"
     << "   for (int64_t w = wb; w < we; ++w) {\n"
-    << "    const int64_t bi = w / (MT * NT), t = w % (MT * NT), m0 = (t / NT) * TM, n0 = (t % NT) * TN;\n"
+    << "    const int64_t bi = w / (MT * NT), t = w % (MT * NT), m0 = (t / NT) * TM, n0 = (t % NT) "
+       "* TN;\n"
     << "    const float* a = A + " << d.a_off << ";\n    const float* b = B + " << d.b_off << ";\n"
     << "    const int64_t mm = " << (bounds ? "std::min<int64_t>(TM, M - m0)" : "TM") << ";\n"
     << "    const int64_t nn = " << (bounds ? "std::min<int64_t>(TN, N - n0)" : "TN") << ";\n"
     << "    " << acc << " acc[TM][TN];\n"
     << "    for (int64_t i = 0; i < TM; ++i) for (int64_t j = 0; j < TN; ++j) acc[i][j] = 0;\n"
     << "    for (int64_t s = 0; s < SK; ++s) {\n"
-    << "      const int64_t ks = s * KC, ke = " << (bounds ? "std::min<int64_t>(K, ks + KC)" : "ks + KC") << ";\n";
+    << "      const int64_t ks = s * KC, ke = "
+    << (bounds ? "std::min<int64_t>(K, ks + KC)" : "ks + KC") << ";\n";
   if (sk > 1)
     o << "      " << acc << " part[TM][TN];\n"
-      << "      for (int64_t i = 0; i < TM; ++i) for (int64_t j = 0; j < TN; ++j) part[i][j] = 0;\n";
+      << "      for (int64_t i = 0; i < TM; ++i) for (int64_t j = 0; j < TN; ++j) part[i][j] = "
+         "0;\n";
   else
     o << "      auto& part = acc;\n";
   o << "      for (int64_t k0 = ks; " << (bounds ? "k0 < ke" : "k0 + TK <= ke") << "; k0 += TK) {\n"
@@ -337,7 +257,8 @@ void emit_gemm(gen& g, const group& grp, const gemm_desc& d, const string& dst) 
   if (stage) { // pack both tiles, zero-padded, so the inner loop always runs the full tile width
     o << "        float as[TM][TK], bs[TK][TN];\n"
       << "        for (int64_t i = 0; i < TM; ++i) for (int64_t kk = 0; kk < TK; ++kk)\n"
-      << "          as[i][kk] = (i < mm && kk < kc) ? " << rnd << "(a[(m0 + i) * K + k0 + kk]) : 0.f;\n"
+      << "          as[i][kk] = (i < mm && kk < kc) ? " << rnd
+      << "(a[(m0 + i) * K + k0 + kk]) : 0.f;\n"
       << "        for (int64_t kk = 0; kk < TK; ++kk) for (int64_t j = 0; j < TN; ++j)\n"
       << "          bs[kk][j] = (kk < kc && j < nn) ? " << rnd << "(" << bget << ") : 0.f;\n"
       << "        for (int64_t i = 0; i < mm; ++i)\n"
@@ -351,22 +272,27 @@ void emit_gemm(gen& g, const group& grp, const gemm_desc& d, const string& dst) 
       << "          for (int64_t kk = 0; kk < kc; ++kk) {\n"
       << "            const float av = " << rnd << "(a[(m0 + i) * K + k0 + kk]);\n"
       << "#pragma GCC ivdep\n"
-      << "            for (int64_t j = 0; j < nn; ++j) part[i][j] += av * " << rnd << "(" << bget << ");\n"
+      << "            for (int64_t j = 0; j < nn; ++j) part[i][j] += av * " << rnd << "(" << bget
+      << ");\n"
       << "          }\n";
   }
   o << "      }\n";
-  if (sk > 1) o << "      for (int64_t i = 0; i < TM; ++i) for (int64_t j = 0; j < TN; ++j) acc[i][j] += part[i][j];\n";
+  if (sk > 1)
+    o << "      for (int64_t i = 0; i < TM; ++i) for (int64_t j = 0; j < TN; ++j) acc[i][j] += "
+         "part[i][j];\n";
   o << "    }\n"
     << "    for (int64_t i = 0; i < mm; ++i)\n"
     << "      for (int64_t j = 0; j < nn; ++j) {\n"
     << "        const int64_t idx = bi * (M * N) + (m0 + i) * N + n0 + j;\n"
-    << "        " << dst << "[idx] = epi(idx, (float)acc[i][j]" << (d.bias.empty() ? "" : " + " + d.bias + "[n0 + j]") << ");\n"
+    << "        " << dst << "[idx] = epi(idx, (float)acc[i][j]"
+    << (d.bias.empty() ? "" : " + " + d.bias + "[n0 + j]") << ");\n"
     << "      }\n"
     << "   }\n  });\n";
 }
 
 // ---- conv / conv_transpose: direct loops; 1d / 2d pad to 3d with unit dims ----
-void emit_conv(gen& g, const group& grp, const op_node& op, const op_info& info, const string& dst) {
+void emit_conv(gen& g, const group& grp, const op_node& op, const op_info& info,
+               const string& dst) {
   auto& o = g.o;
   std::size_t sd = static_cast<std::size_t>(info.spatial);
   bool transposed = info.family == op_family::conv_transpose;
@@ -376,29 +302,37 @@ void emit_conv(gen& g, const group& grp, const op_node& op, const op_info& info,
     while (v.size() < 3) v.insert(v.begin(), fill);
     return v;
   };
-  auto in = pad3(shape_t(x.begin() + 2, x.end()), 1), ker = pad3(shape_t(w.begin() + 2, w.end()), 1);
+  auto in = pad3(shape_t(x.begin() + 2, x.end()), 1),
+       ker = pad3(shape_t(w.begin() + 2, w.end()), 1);
   auto out = pad3(shape_t(op.shape.begin() + 2, op.shape.end()), 1);
-  auto st = pad3(attr_ints(op.attrs, "stride", sd, 1), 1), pd = pad3(attr_ints(op.attrs, "padding", sd, 0), 0);
+  auto st = pad3(attr_ints(op.attrs, "stride", sd, 1), 1),
+       pd = pad3(attr_ints(op.attrs, "padding", sd, 0), 0);
   auto dl = pad3(attr_ints(op.attrs, "dilation", sd, 1), 1);
   int64_t groups = attr_int(op.attrs, "groups", 1), ci = x[1], co = op.shape[1];
-  int64_t tm = grp.get(knob::tile_m, 16), tn = grp.get(knob::tile_n, 16), unroll = grp.get(knob::unroll, 1);
+  int64_t tm = grp.get(knob::tile_m, 16), tn = grp.get(knob::tile_n, 16),
+          unroll = grp.get(knob::unroll, 1);
   int64_t precision = grp.get(knob::precision, 0);
   bool bounds = grp.get(knob::bounds, 1) != 0;
   int64_t cog = co / groups, p = out[0] * out[1] * out[2];
   int64_t mb = bounds ? (cog + tm - 1) / tm : cog / tm, pb = bounds ? (p + tn - 1) / tn : p / tn;
   string acc = precision == 2 ? "_Float16" : "float", rnd = precision == 1 ? "kiln_tf32" : "";
   o << epilogue(g, grp);
-  o << "  constexpr int64_t CI = " << ci << ", CO = " << co << ", G = " << groups << ", CIG = " << ci / groups
-    << ", COG = " << cog << ";\n"
-    << "  constexpr int64_t ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2] << ", OD = " << out[0]
-    << ", OH = " << out[1] << ", OW = " << out[2] << ", KD = " << ker[0] << ", KH = " << ker[1] << ", KW = " << ker[2] << ";\n"
-    << "  constexpr int64_t SD = " << st[0] << ", SH = " << st[1] << ", SW = " << st[2] << ", PD = " << pd[0]
-    << ", PH = " << pd[1] << ", PW = " << pd[2] << ", DD = " << dl[0] << ", DH = " << dl[1] << ", DW = " << dl[2] << ";\n"
-    << "  constexpr int64_t P = " << lit(p) << ", TM = " << tm << ", TN = " << tn << ", MB = " << mb << ", PB = " << lit(pb) << ";\n"
-    << "  const float* X = " << g.ptr(op.args[0]) << ";\n  const float* W = " << g.ptr(op.args[1]) << ";\n"
+  o << "  constexpr int64_t CI = " << ci << ", CO = " << co << ", G = " << groups
+    << ", CIG = " << ci / groups << ", COG = " << cog << ";\n"
+    << "  constexpr int64_t ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2]
+    << ", OD = " << out[0] << ", OH = " << out[1] << ", OW = " << out[2] << ", KD = " << ker[0]
+    << ", KH = " << ker[1] << ", KW = " << ker[2] << ";\n"
+    << "  constexpr int64_t SD = " << st[0] << ", SH = " << st[1] << ", SW = " << st[2]
+    << ", PD = " << pd[0] << ", PH = " << pd[1] << ", PW = " << pd[2] << ", DD = " << dl[0]
+    << ", DH = " << dl[1] << ", DW = " << dl[2] << ";\n"
+    << "  constexpr int64_t P = " << lit(p) << ", TM = " << tm << ", TN = " << tn << ", MB = " << mb
+    << ", PB = " << lit(pb) << ";\n"
+    << "  const float* X = " << g.ptr(op.args[0]) << ";\n  const float* W = " << g.ptr(op.args[1])
+    << ";\n"
     << "  pfor(host, " << lit(x[0] * groups * mb * pb) << ", 1, [&](int64_t wb, int64_t we) {\n"
     << "   for (int64_t w = wb; w < we; ++w) {\n"
-    << "    const int64_t n = w / (G * MB * PB), gr = (w / (MB * PB)) % G, ob = (w / PB) % MB, pq = w % PB;\n"
+    << "    const int64_t n = w / (G * MB * PB), gr = (w / (MB * PB)) % G, ob = (w / PB) % MB, pq "
+       "= w % PB;\n"
     << "    const int64_t oc0 = ob * TM, p0 = pq * TN;\n"
     << "    const int64_t mm = " << (bounds ? "std::min<int64_t>(TM, COG - oc0)" : "TM") << ";\n"
     << "    const int64_t pn = " << (bounds ? "std::min<int64_t>(TN, P - p0)" : "TN") << ";\n"
@@ -412,14 +346,18 @@ void emit_conv(gen& g, const group& grp, const op_node& op, const op_info& info,
     << "    for (int64_t ic = 0; ic < CIG; ++ic) {\n"
     << "      const int64_t c = gr * CIG + ic;\n"
     << "      const float* xb = X + (n * CI + c) * (ID * IH * IW);\n"
-    << "      for (int64_t kd = 0; kd < KD; ++kd) for (int64_t kh = 0; kh < KH; ++kh) for (int64_t kw = 0; kw < KW; ++kw) {\n"
+    << "      for (int64_t kd = 0; kd < KD; ++kd) for (int64_t kh = 0; kh < KH; ++kh) for (int64_t "
+       "kw = 0; kw < KW; ++kw) {\n"
     << "        float xs[TN];\n"
     << "        for (int64_t j = 0; j < TN; ++j) {\n";
   if (!transposed) {
-    o << "          const int64_t id = qd[j] * SD - PD + kd * DD, ih = qh[j] * SH - PH + kh * DH, iw = qw[j] * SW - PW + kw * DW;\n"
-      << "          const bool ok = j < pn && id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 && iw < IW;\n";
+    o << "          const int64_t id = qd[j] * SD - PD + kd * DD, ih = qh[j] * SH - PH + kh * DH, "
+         "iw = qw[j] * SW - PW + kw * DW;\n"
+      << "          const bool ok = j < pn && id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 "
+         "&& iw < IW;\n";
   } else { // gather form: output q receives input i where q = i * S - P + k * D
-    o << "          const int64_t td = qd[j] + PD - kd * DD, th = qh[j] + PH - kh * DH, tw = qw[j] + PW - kw * DW;\n"
+    o << "          const int64_t td = qd[j] + PD - kd * DD, th = qh[j] + PH - kh * DH, tw = qw[j] "
+         "+ PW - kw * DW;\n"
       << "          const bool okd = td >= 0 && td % SD == 0 && td / SD < ID;\n"
       << "          const bool okh = th >= 0 && th % SH == 0 && th / SH < IH;\n"
       << "          const bool okw = tw >= 0 && tw % SW == 0 && tw / SW < IW;\n"
@@ -432,9 +370,11 @@ void emit_conv(gen& g, const group& grp, const op_node& op, const op_info& info,
   if (unroll > 1) o << "#pragma GCC unroll " << unroll << "\n";
   o << "        for (int64_t i = 0; i < mm; ++i) {\n";
   if (!transposed)
-    o << "          const float wv = " << rnd << "(W[((gr * COG + oc0 + i) * CIG + ic) * (KD * KH * KW) + tap]);\n";
+    o << "          const float wv = " << rnd
+      << "(W[((gr * COG + oc0 + i) * CIG + ic) * (KD * KH * KW) + tap]);\n";
   else
-    o << "          const float wv = " << rnd << "(W[(c * COG + oc0 + i) * (KD * KH * KW) + tap]);\n";
+    o << "          const float wv = " << rnd
+      << "(W[(c * COG + oc0 + i) * (KD * KH * KW) + tap]);\n";
   o << "#pragma GCC ivdep\n"
     << "          for (int64_t j = 0; j < TN; ++j) acc[i][j] += wv * xs[j];\n"
     << "        }\n"
@@ -442,7 +382,8 @@ void emit_conv(gen& g, const group& grp, const op_node& op, const op_info& info,
     << "    }\n"
     << "    for (int64_t i = 0; i < mm; ++i) {\n"
     << "      const int64_t oc = gr * COG + oc0 + i;\n"
-    << "      const float bias = " << (op.args.size() > 2 ? g.ptr(op.args[2]) + "[oc]" : "0.f") << ";\n"
+    << "      const float bias = " << (op.args.size() > 2 ? g.ptr(op.args[2]) + "[oc]" : "0.f")
+    << ";\n"
     << "      for (int64_t j = 0; j < pn; ++j) {\n"
     << "        const int64_t idx = (n * CO + oc) * P + p0 + j;\n"
     << "        " << dst << "[idx] = epi(idx, (float)acc[i][j] + bias);\n"
@@ -452,7 +393,8 @@ void emit_conv(gen& g, const group& grp, const op_node& op, const op_info& info,
 }
 
 // ---- pools: input viewed as [planes, D, H, W] ----
-void emit_pool(gen& g, const group& grp, const op_node& op, const op_info& info, const string& dst) {
+void emit_pool(gen& g, const group& grp, const op_node& op, const op_info& info,
+               const string& dst) {
   auto& o = g.o;
   std::size_t sd = static_cast<std::size_t>(info.spatial);
   const shape_t& x = g.shape(op.args[0]);
@@ -465,18 +407,20 @@ void emit_pool(gen& g, const group& grp, const op_node& op, const op_info& info,
   auto out = pad3(shape_t(op.shape.begin() + lead, op.shape.end()), 1);
   int64_t planes = prod(x, 0, lead), window = 1;
   o << epilogue(g, grp);
-  o << "  constexpr int64_t ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2] << ", OD = " << out[0]
-    << ", OH = " << out[1] << ", OW = " << out[2] << ";\n";
+  o << "  constexpr int64_t ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2]
+    << ", OD = " << out[0] << ", OH = " << out[1] << ", OW = " << out[2] << ";\n";
   o << "  const float* X = " << g.ptr(op.args[0]) << ";\n";
   o << "  auto body = [=](int64_t i) -> float {\n"
-    << "    const int64_t q = i % (OD * OH * OW), od = q / (OH * OW), oh = (q / OW) % OH, ow = q % OW;\n"
+    << "    const int64_t q = i % (OD * OH * OW), od = q / (OH * OW), oh = (q / OW) % OH, ow = q % "
+       "OW;\n"
     << "    const float* xb = X + (i / (OD * OH * OW)) * (ID * IH * IW);\n";
   if (info.family == op_family::adaptive_avg_pool) {
     o << "    const int64_t d0 = od * ID / OD, d1 = ((od + 1) * ID + OD - 1) / OD;\n"
       << "    const int64_t h0 = oh * IH / OH, h1 = ((oh + 1) * IH + OH - 1) / OH;\n"
       << "    const int64_t w0 = ow * IW / OW, w1 = ((ow + 1) * IW + OW - 1) / OW;\n"
       << "    float s = 0.f;\n"
-      << "    for (int64_t d = d0; d < d1; ++d) for (int64_t h = h0; h < h1; ++h) for (int64_t w = w0; w < w1; ++w)\n"
+      << "    for (int64_t d = d0; d < d1; ++d) for (int64_t h = h0; h < h1; ++h) for (int64_t w = "
+         "w0; w < w1; ++w)\n"
       << "      s += xb[(d * IH + h) * IW + w];\n"
       << "    return epi(i, s / (float)((d1 - d0) * (h1 - h0) * (w1 - w0)));\n  };\n";
     window = std::max<int64_t>(1, prod(in) / std::max<int64_t>(1, prod(out)));
@@ -485,23 +429,27 @@ void emit_pool(gen& g, const group& grp, const op_node& op, const op_info& info,
     auto k = pad3(attr_ints(op.attrs, "kernel_size", sd, 1), 1);
     auto st = has_attr(op.attrs, "stride") ? pad3(attr_ints(op.attrs, "stride", sd, 1), 1) : k;
     auto pd = pad3(attr_ints(op.attrs, "padding", sd, 0), 0);
-    auto dl = is_max ? pad3(attr_ints(op.attrs, "dilation", sd, 1), 1) : std::vector<int64_t>{1, 1, 1};
+    auto dl =
+        is_max ? pad3(attr_ints(op.attrs, "dilation", sd, 1), 1) : std::vector<int64_t>{1, 1, 1};
     window = k[0] * k[1] * k[2];
     o << "    float s = " << (is_max ? "-__builtin_inff()" : "0.f") << ";\n"
       << "    for (int64_t kd = 0; kd < " << k[0] << "; ++kd) {\n"
       << "      const int64_t d = od * " << st[0] << " - " << pd[0] << " + kd * " << dl[0] << ";\n"
       << "      if (d < 0 || d >= ID) continue;\n"
       << "      for (int64_t kh = 0; kh < " << k[1] << "; ++kh) {\n"
-      << "        const int64_t h = oh * " << st[1] << " - " << pd[1] << " + kh * " << dl[1] << ";\n"
+      << "        const int64_t h = oh * " << st[1] << " - " << pd[1] << " + kh * " << dl[1]
+      << ";\n"
       << "        if (h < 0 || h >= IH) continue;\n"
       << "        for (int64_t kw = 0; kw < " << k[2] << "; ++kw) {\n"
-      << "          const int64_t w = ow * " << st[2] << " - " << pd[2] << " + kw * " << dl[2] << ";\n"
+      << "          const int64_t w = ow * " << st[2] << " - " << pd[2] << " + kw * " << dl[2]
+      << ";\n"
       << "          if (w < 0 || w >= IW) continue;\n"
       << "          const float xv = xb[(d * IH + h) * IW + w];\n"
       << (is_max ? "          if (xv > s || xv != xv) s = xv;\n" : "          s += xv;\n")
       << "        }\n      }\n    }\n"
       // count_include_pad = true and ceil_mode = false: the divisor is the whole window
-      << "    return epi(i, " << (is_max ? string("s") : "s / " + flit(static_cast<double>(window))) << ");\n  };\n";
+      << "    return epi(i, " << (is_max ? string("s") : "s / " + flit(static_cast<double>(window)))
+      << ");\n  };\n";
   }
   int64_t vec = grp.get(knob::vec, 1);
   emit_elementwise_loop(g, dst, planes * prod(out), vec, 1, grp.get(knob::bounds, 1) != 0,
@@ -509,7 +457,8 @@ void emit_pool(gen& g, const group& grp, const op_node& op, const op_info& info,
 }
 
 // ---- norms: each statistics group is A segments of L contiguous elements, SA apart ----
-void emit_norm(gen& g, const group& grp, const op_node& op, const op_info& info, const string& dst) {
+void emit_norm(gen& g, const group& grp, const op_node& op, const op_info& info,
+               const string& dst) {
   auto& o = g.o;
   const shape_t& x = g.shape(op.args[0]);
   int64_t total = prod(x), rows = 1, segs = 1, len = 1, seg_stride = 0, base_mul = 1;
@@ -517,38 +466,39 @@ void emit_norm(gen& g, const group& grp, const op_node& op, const op_info& info,
   bool rms = info.family == op_family::rms_norm;
   double eps = attr_real(op.attrs, "eps", rms ? 1.1920928955078125e-07 : 1e-5);
   switch (info.family) {
-    case op_family::batch_norm: {
-      int64_t s = total / (x[0] * x[1]);
-      rows = x[1], segs = x[0], len = s, seg_stride = x[1] * s, base_mul = s;
-      widx = "(i / " + lit(s) + ") % " + lit(x[1]);
-      break;
-    }
-    case op_family::group_norm: {
-      int64_t s = x.size() > 2 ? total / (x[0] * x[1]) : 1, ng = attr_int(op.attrs, "num_groups", 1);
-      rows = x[0] * ng, len = total / rows, base_mul = len;
-      widx = "(i / " + lit(s) + ") % " + lit(x[1]);
-      break;
-    }
-    case op_family::instance_norm: {
-      int64_t s = total / (x[0] * x[1]);
-      rows = x[0] * x[1], len = s, base_mul = s;
-      widx = "(i / " + lit(s) + ") % " + lit(x[1]);
-      break;
-    }
-    default: { // layer_norm, rms_norm: the trailing normalized_shape
-      len = prod(attr_dims(op.attrs, "normalized_shape"));
-      rows = total / len, base_mul = len;
-      widx = "i % " + lit(len);
-      break;
-    }
+  case op_family::batch_norm: {
+    int64_t s = total / (x[0] * x[1]);
+    rows = x[1], segs = x[0], len = s, seg_stride = x[1] * s, base_mul = s;
+    widx = "(i / " + lit(s) + ") % " + lit(x[1]);
+    break;
+  }
+  case op_family::group_norm: {
+    int64_t s = x.size() > 2 ? total / (x[0] * x[1]) : 1, ng = attr_int(op.attrs, "num_groups", 1);
+    rows = x[0] * ng, len = total / rows, base_mul = len;
+    widx = "(i / " + lit(s) + ") % " + lit(x[1]);
+    break;
+  }
+  case op_family::instance_norm: {
+    int64_t s = total / (x[0] * x[1]);
+    rows = x[0] * x[1], len = s, base_mul = s;
+    widx = "(i / " + lit(s) + ") % " + lit(x[1]);
+    break;
+  }
+  default: { // layer_norm, rms_norm: the trailing normalized_shape
+    len = prod(attr_dims(op.attrs, "normalized_shape"));
+    rows = total / len, base_mul = len;
+    widx = "i % " + lit(len);
+    break;
+  }
   }
   int64_t count = segs * len, vec = grp.get(knob::vec, 1);
   bool onepass = grp.get(knob::onepass, 0) != 0;
-  string w = op.args.size() > 1 ? g.ptr(op.args[1]) : "", b = op.args.size() > 2 ? g.ptr(op.args[2]) : "";
+  string w = op.args.size() > 1 ? g.ptr(op.args[1]) : "",
+         b = op.args.size() > 2 ? g.ptr(op.args[2]) : "";
   o << epilogue(g, grp);
   o << "  const float* X = " << g.ptr(op.args[0]) << ";\n";
-  o << "  constexpr int64_t SEGS = " << lit(segs) << ", LEN = " << lit(len) << ", SA = " << lit(seg_stride)
-    << ", VEC = " << vec << ";\n";
+  o << "  constexpr int64_t SEGS = " << lit(segs) << ", LEN = " << lit(len)
+    << ", SA = " << lit(seg_stride) << ", VEC = " << vec << ";\n";
   // Sums over a statistics group in VEC lanes of type T: f(x) accumulated into acc[lane].
   auto lanes = [&](const string& type, const string& name, const string& expr) {
     o << "    " << type << " " << name << "[VEC] = {};\n"
@@ -557,20 +507,25 @@ void emit_norm(gen& g, const group& grp, const op_node& op, const op_info& info,
       << "      int64_t l = 0;\n"
       << "      for (; l + VEC <= LEN; l += VEC)\n"
       << "#pragma GCC ivdep\n"
-      << "        for (int64_t u = 0; u < VEC; ++u) { const float xv = xs[l + u]; " << name << "[u] += " << expr << "; }\n"
-      << "      for (; l < LEN; ++l) { const float xv = xs[l]; " << name << "[0] += " << expr << "; }\n"
+      << "        for (int64_t u = 0; u < VEC; ++u) { const float xv = xs[l + u]; " << name
+      << "[u] += " << expr << "; }\n"
+      << "      for (; l < LEN; ++l) { const float xv = xs[l]; " << name << "[0] += " << expr
+      << "; }\n"
       << "    }\n"
       << "    " << type << " " << name << "_sum = 0;\n"
       << "    for (int64_t u = 0; u < VEC; ++u) " << name << "_sum += " << name << "[u];\n";
   };
   o << "  pfor(host, " << lit(rows) << ", 1, [&](int64_t rb, int64_t re) {\n"
     << "   for (int64_t r = rb; r < re; ++r) {\n"
-    << "    const int64_t base = " << (info.family == op_family::batch_norm ? "r * " + lit(base_mul) : "r * " + lit(base_mul)) << ";\n";
+    << "    const int64_t base = "
+    << (info.family == op_family::batch_norm ? "r * " + lit(base_mul) : "r * " + lit(base_mul))
+    << ";\n";
   string cnt = flit(static_cast<double>(count));
   if (rms) {
     lanes("double", "sq", "(double)xv * xv");
     o << "    const float mean = 0.f;\n"
-      << "    const float rstd = 1.f / std::sqrt((float)(sq_sum / " << count << ".0) + " << flit(eps) << ");\n";
+      << "    const float rstd = 1.f / std::sqrt((float)(sq_sum / " << count << ".0) + "
+      << flit(eps) << ");\n";
   } else if (onepass) { // E[x^2] - E[x]^2 in float: cheap, cancels catastrophically (unsafe)
     lanes("float", "s1", "xv");
     lanes("float", "s2", "xv * xv");
@@ -582,7 +537,8 @@ void emit_norm(gen& g, const group& grp, const op_node& op, const op_info& info,
     o << "    const double mean_d = s1_sum / " << count << ".0;\n";
     lanes("double", "s2", "((double)xv - mean_d) * ((double)xv - mean_d)");
     o << "    const float mean = (float)mean_d;\n"
-      << "    const float rstd = 1.f / std::sqrt((float)(s2_sum / " << count << ".0) + " << flit(eps) << ");\n";
+      << "    const float rstd = 1.f / std::sqrt((float)(s2_sum / " << count << ".0) + "
+      << flit(eps) << ");\n";
   }
   o << "    for (int64_t a = 0; a < SEGS; ++a)\n"
     << "      for (int64_t l = 0; l < LEN; ++l) {\n"
@@ -601,21 +557,25 @@ struct run {
   int64_t extent, stride;
 };
 
-void emit_softmax_like(gen& g, const group& grp, const op_node& op, const op_info& info, const string& dst) {
+void emit_softmax_like(gen& g, const group& grp, const op_node& op, const op_info& info,
+                       const string& dst) {
   auto& o = g.o;
   const shape_t& x = g.shape(op.args[0]);
   int64_t dim = attr_int(op.attrs, "dim", info.family == op_family::cumsum ? 0 : -1);
   normalize_dim(dim, x.size());
-  int64_t len = x.empty() ? 1 : x[dim], inner = x.empty() ? 1 : prod(x, dim + 1), outer = x.empty() ? 1 : prod(x, 0, dim);
+  int64_t len = x.empty() ? 1 : x[dim], inner = x.empty() ? 1 : prod(x, dim + 1),
+          outer = x.empty() ? 1 : prod(x, 0, dim);
   o << epilogue(g, grp);
   o << "  const float* X = " << g.ptr(op.args[0]) << ";\n"
     << "  constexpr int64_t L = " << lit(len) << ", IN = " << lit(inner) << ";\n"
-    << "  pfor(host, " << lit(outer * inner) << ", " << std::max<int64_t>(1, 4096 / len) << ", [&](int64_t rb, int64_t re) {\n"
+    << "  pfor(host, " << lit(outer * inner) << ", " << std::max<int64_t>(1, 4096 / len)
+    << ", [&](int64_t rb, int64_t re) {\n"
     << "   for (int64_t r = rb; r < re; ++r) {\n"
     << "    const int64_t base = (r / IN) * (L * IN) + r % IN;\n";
   if (info.family == op_family::cumsum) {
     o << "    double acc = 0;\n"
-      << "    for (int64_t l = 0; l < L; ++l) { const int64_t i = base + l * IN; acc += X[i]; " << dst << "[i] = epi(i, (float)acc); }\n";
+      << "    for (int64_t l = 0; l < L; ++l) { const int64_t i = base + l * IN; acc += X[i]; "
+      << dst << "[i] = epi(i, (float)acc); }\n";
   } else {
     // 8 independent lanes for the max and the sum, so both passes vectorize.
     o << "    const float* xs = X + base;\n"
@@ -632,20 +592,24 @@ void emit_softmax_like(gen& g, const group& grp, const op_node& op, const op_inf
       << "    double s = 0; for (int64_t u = 0; u < 8; ++u) s += sl[u];\n";
     if (op.op == "softmax")
       o << "    const float inv = (float)(1.0 / s);\n"
-        << "    for (int64_t l = 0; l < L; ++l) { const int64_t i = base + l * IN; " << dst << "[i] = epi(i, kiln_exp(X[i] - m) * inv); }\n";
+        << "    for (int64_t l = 0; l < L; ++l) { const int64_t i = base + l * IN; " << dst
+        << "[i] = epi(i, kiln_exp(X[i] - m) * inv); }\n";
     else
       o << "    const float ls = (float)std::log(s);\n"
-        << "    for (int64_t l = 0; l < L; ++l) { const int64_t i = base + l * IN; " << dst << "[i] = epi(i, X[i] - m - ls); }\n";
+        << "    for (int64_t l = 0; l < L; ++l) { const int64_t i = base + l * IN; " << dst
+        << "[i] = epi(i, X[i] - m - ls); }\n";
   }
   o << "   }\n  });\n";
 }
 
-void emit_reduce(gen& g, const group& grp, const op_node& op, const op_info& info, const string& dst) {
+void emit_reduce(gen& g, const group& grp, const op_node& op, const op_info& info,
+                 const string& dst) {
   auto& o = g.o;
   const shape_t& x = g.shape(op.args[0]);
   std::vector<int64_t> dims = attr_dims(op.attrs, "dim");
   if (info.family == op_family::arg_reduce || op.op == "prod")
-    dims = has_attr(op.attrs, "dim") ? std::vector<int64_t>{attr_int(op.attrs, "dim", 0)} : std::vector<int64_t>{};
+    dims = has_attr(op.attrs, "dim") ? std::vector<int64_t>{attr_int(op.attrs, "dim", 0)}
+                                     : std::vector<int64_t>{};
   std::vector<bool> reduced(x.size(), dims.empty());
   for (auto d : dims)
     if (normalize_dim(d, x.size())) reduced[d] = true;
@@ -667,15 +631,18 @@ void emit_reduce(gen& g, const group& grp, const op_node& op, const op_info& inf
   const string& n = op.op;
   if (!arg) o << epilogue(g, grp);
   o << "  const float* X = " << g.ptr(op.args[0]) << ";\n";
-  o << "  pfor(host, " << lit(nout) << ", " << std::max<int64_t>(1, 16384 / nred) << ", [&](int64_t ob, int64_t oe) {\n"
+  o << "  pfor(host, " << lit(nout) << ", " << std::max<int64_t>(1, 16384 / nred)
+    << ", [&](int64_t ob, int64_t oe) {\n"
     << "   for (int64_t oi = ob; oi < oe; ++oi) {\n"
     << "    int64_t base = 0, rest = oi;\n";
   for (std::size_t k = kept.size(); k-- > 0;)
-    o << "    base += (rest % " << lit(kept[k].extent) << ") * " << lit(kept[k].stride) << "; rest /= " << lit(kept[k].extent) << ";\n";
+    o << "    base += (rest % " << lit(kept[k].extent) << ") * " << lit(kept[k].stride)
+      << "; rest /= " << lit(kept[k].extent) << ";\n";
   auto loops = [&](const string& body) {
     string ind = "    ", off = "base";
     for (std::size_t r = 0; r < red.size(); ++r) {
-      o << ind << "for (int64_t r" << r << " = 0; r" << r << " < " << lit(red[r].extent) << "; ++r" << r << ")\n";
+      o << ind << "for (int64_t r" << r << " = 0; r" << r << " < " << lit(red[r].extent) << "; ++r"
+        << r << ")\n";
       ind += "  ";
       off += " + r" + std::to_string(r) + " * " + lit(red[r].stride);
     }
@@ -687,21 +654,27 @@ void emit_reduce(gen& g, const group& grp, const op_node& op, const op_info& inf
     string ind = "    ", off = "base";
     o << "    double lane[8] = {};\n";
     for (std::size_t r = 0; r + 1 < red.size(); ++r) {
-      o << ind << "for (int64_t r" << r << " = 0; r" << r << " < " << lit(red[r].extent) << "; ++r" << r << ")\n";
+      o << ind << "for (int64_t r" << r << " = 0; r" << r << " < " << lit(red[r].extent) << "; ++r"
+        << r << ")\n";
       ind += "  ";
       off += " + r" + std::to_string(r) + " * " + lit(red[r].stride);
     }
     int64_t e = red.back().extent;
-    o << ind << "{\n" << ind << "  const float* xs = X + " << off << ";\n" << ind << "  int64_t l = 0;\n"
+    o << ind << "{\n"
+      << ind << "  const float* xs = X + " << off << ";\n"
+      << ind << "  int64_t l = 0;\n"
       << ind << "  for (; l + 8 <= " << lit(e) << "; l += 8)\n#pragma GCC ivdep\n"
       << ind << "    for (int64_t u = 0; u < 8; ++u) lane[u] += xs[l + u];\n"
-      << ind << "  for (; l < " << lit(e) << "; ++l) lane[0] += xs[l];\n" << ind << "}\n";
+      << ind << "  for (; l < " << lit(e) << "; ++l) lane[0] += xs[l];\n"
+      << ind << "}\n";
     o << "    double s = 0;\n    for (int64_t u = 0; u < 8; ++u) s += lane[u];\n";
-    o << "    const float v = (float)(s" << (n == "mean" ? " / " + std::to_string(nred) + ".0" : "") << ");\n";
+    o << "    const float v = (float)(s" << (n == "mean" ? " / " + std::to_string(nred) + ".0" : "")
+      << ");\n";
   } else if (n == "sum" || n == "mean") {
     o << "    double s = 0;\n";
     loops("s += xv;");
-    o << "    const float v = (float)(s" << (n == "mean" ? " / " + std::to_string(nred) + ".0" : "") << ");\n";
+    o << "    const float v = (float)(s" << (n == "mean" ? " / " + std::to_string(nred) + ".0" : "")
+      << ");\n";
   } else if (n == "prod") {
     o << "    double s = 1;\n";
     loops("s *= xv;");
@@ -727,7 +700,8 @@ void emit_reduce(gen& g, const group& grp, const op_node& op, const op_info& inf
 
 // ---- layout: reshape / flatten / dropout alias their input (or copy into a task output);
 // permute / transpose are strided copies ----
-void emit_layout(gen& g, const group& grp, const op_node& op, const op_info& info, const string& dst, int64_t op_index) {
+void emit_layout(gen& g, const group& grp, const op_node& op, const op_info& info,
+                 const string& dst, int64_t op_index) {
   auto& o = g.o;
   const shape_t& x = g.shape(op.args[0]);
   string src = g.ptr(op.args[0]);
@@ -738,8 +712,8 @@ void emit_layout(gen& g, const group& grp, const op_node& op, const op_info& inf
       o << "  " << dst << " = " << src << "; // a view\n";
       return;
     }
-    o << "  pfor(host, " << lit(n) << ", " << grain << ", [&](int64_t b, int64_t e) { std::memcpy(" << dst
-      << " + b, " << src << " + b, (e - b) * sizeof(float)); });\n";
+    o << "  pfor(host, " << lit(n) << ", " << grain << ", [&](int64_t b, int64_t e) { std::memcpy("
+      << dst << " + b, " << src << " + b, (e - b) * sizeof(float)); });\n";
     return;
   }
   std::vector<int64_t> perm(x.size());
@@ -761,15 +735,18 @@ void emit_layout(gen& g, const group& grp, const op_node& op, const op_info& inf
     return;
   }
   int64_t last = op.shape[r - 1], rows = n / last, vec = grp.get(knob::vec, 1);
-  o << "  pfor(host, " << lit(rows) << ", " << std::max<int64_t>(1, grain / last) << ", [&](int64_t rb, int64_t re) {\n"
+  o << "  pfor(host, " << lit(rows) << ", " << std::max<int64_t>(1, grain / last)
+    << ", [&](int64_t rb, int64_t re) {\n"
     << "   for (int64_t row = rb; row < re; ++row) {\n"
     << "    int64_t off = 0, rest = row;\n";
   for (std::size_t d = r - 1; d-- > 0;)
-    o << "    off += (rest % " << lit(op.shape[d]) << ") * " << lit(in_stride[perm[d]]) << "; rest /= " << lit(op.shape[d]) << ";\n";
+    o << "    off += (rest % " << lit(op.shape[d]) << ") * " << lit(in_stride[perm[d]])
+      << "; rest /= " << lit(op.shape[d]) << ";\n";
   o << "    float* out = " << dst << " + row * " << lit(last) << ";\n"
     << "    const float* in = " << src << " + off;\n";
   if (vec > 1) o << "#pragma GCC unroll " << vec << "\n";
-  o << "    for (int64_t j = 0; j < " << lit(last) << "; ++j) out[j] = in[j * " << lit(in_stride[perm[r - 1]]) << "];\n"
+  o << "    for (int64_t j = 0; j < " << lit(last) << "; ++j) out[j] = in[j * "
+    << lit(in_stride[perm[r - 1]]) << "];\n"
     << "   }\n  });\n";
 }
 
@@ -834,33 +811,42 @@ extern "C" const int kiln_abi_version = KILN_ABI_VERSION;
 } // namespace
 
 expected<std::string> generate_cpu(const task& t, const program& p) {
-  if (t.type != dtype::float32) return error{string("cpu backend: dtype ") + to_string(t.type) + " not supported"};
+  if (t.type != dtype::float32)
+    return error{string("cpu backend: dtype ") + to_string(t.type) + " not supported"};
   if (auto st = check_program(p, t); !st) return st.err();
   gen g{t, {}, std::vector<bool>(t.ops.size(), false), {}};
   for (const auto& name : t.outputs) {
     auto r = find_value(t, name);
-    if (r.k != value_ref::kind::op) return error{"cpu backend: output '" + name + "' is not an op result"};
+    if (r.k != value_ref::kind::op)
+      return error{"cpu backend: output '" + name + "' is not an op result"};
     g.is_output[r.index] = true;
   }
   for (std::size_t j = 0; j < t.ops.size(); ++j)
     for (const auto& a : t.ops[j].args) {
       auto r = find_value(t, a);
       if (r.k == value_ref::kind::op && t.ops[r.index].is_index)
-        return error{"cpu backend: op '" + t.ops[j].op + "' reads the int64 result '" + a + "' (not supported)"};
+        return error{"cpu backend: op '" + t.ops[j].op + "' reads the int64 result '" + a +
+                     "' (not supported)"};
     }
   auto& o = g.o;
   o << kPrelude;
-  o << "extern \"C\" int kiln_run(const kiln_host* host, const void* const* inputs, const void* const* params,\n"
+  o << "extern \"C\" int kiln_run(const kiln_host* host, const void* const* inputs, const void* "
+       "const* params,\n"
     << "                        void* const* outputs) {\n"
     << "  if (!host || host->abi_version != KILN_ABI_VERSION) return 1;\n";
-  for (std::size_t i = 0; i < t.inputs.size(); ++i) o << "  float* I" << i << " = (float*)inputs[" << i << "];\n";
-  for (std::size_t i = 0; i < t.params.size(); ++i) o << "  float* P" << i << " = (float*)params[" << i << "];\n";
+  for (std::size_t i = 0; i < t.inputs.size(); ++i)
+    o << "  float* I" << i << " = (float*)inputs[" << i << "];\n";
+  for (std::size_t i = 0; i < t.params.size(); ++i)
+    o << "  float* P" << i << " = (float*)params[" << i << "];\n";
   for (std::size_t j = 0; j < t.ops.size(); ++j)
     o << "  " << (t.ops[j].is_index ? "int64_t" : "float") << "* V" << j << " = nullptr;\n";
   for (std::size_t k = 0; k < t.outputs.size(); ++k) {
     auto r = find_value(t, t.outputs[k]);
-    bool first = std::find(t.outputs.begin(), t.outputs.end(), t.outputs[k]) - t.outputs.begin() == static_cast<long>(k);
-    if (first) o << "  V" << r.index << " = (" << (t.ops[r.index].is_index ? "int64_t" : "float") << "*)outputs[" << k << "];\n";
+    bool first = std::find(t.outputs.begin(), t.outputs.end(), t.outputs[k]) - t.outputs.begin() ==
+                 static_cast<long>(k);
+    if (first)
+      o << "  V" << r.index << " = (" << (t.ops[r.index].is_index ? "int64_t" : "float")
+        << "*)outputs[" << k << "];\n";
   }
   // The identity rounding is spelled "" in the templates: "(x)" stays a plain parenthesis.
   for (std::size_t gi = 0; gi < p.groups.size(); ++gi) {
@@ -870,40 +856,48 @@ expected<std::string> generate_cpu(const task& t, const program& p) {
     const op_info* info = find_op(anchor.op);
     if (!info) return error{"cpu backend: unknown op '" + anchor.op + "'"};
     string dst = "V" + std::to_string(last);
-    o << "  // kernel " << gi << ": " << to_string(grp.tmpl) << " over ops " << grp.first_op << ".." << last << " (" << anchor.op;
+    o << "  // kernel " << gi << ": " << to_string(grp.tmpl) << " over ops " << grp.first_op << ".."
+      << last << " (" << anchor.op;
     for (int64_t j = grp.first_op + 1; j <= last; ++j) o << ", " << t.ops[j].op;
     o << ")\n";
     bool view = grp.tmpl == kernel_template::layout && !g.is_output[last] &&
                 info->family != op_family::permute && info->family != op_family::transpose;
     if (!g.is_output[last] && !view) {
-      int64_t bytes = std::max<int64_t>(1, numel(t.ops[last].shape)) * (t.ops[last].is_index ? 8 : 4);
-      o << "  " << dst << " = (" << (t.ops[last].is_index ? "int64_t" : "float") << "*)host->alloc(host, " << lit(bytes)
-        << ");\n  if (!" << dst << ") return 2;\n";
+      int64_t bytes =
+          std::max<int64_t>(1, numel(t.ops[last].shape)) * (t.ops[last].is_index ? 8 : 4);
+      o << "  " << dst << " = (" << (t.ops[last].is_index ? "int64_t" : "float")
+        << "*)host->alloc(host, " << lit(bytes) << ");\n  if (!" << dst << ") return 2;\n";
     }
     o << "  {\n";
     switch (grp.tmpl) {
-      case kernel_template::elementwise: emit_elementwise(g, grp, dst); break;
-      case kernel_template::gemm: emit_gemm(g, grp, describe_gemm(g, anchor, info->family), dst); break;
-      case kernel_template::library: emit_library(g, grp, describe_gemm(g, anchor, info->family), dst); break;
-      case kernel_template::conv: emit_conv(g, grp, anchor, *info, dst); break;
-      case kernel_template::pool: emit_pool(g, grp, anchor, *info, dst); break;
-      case kernel_template::norm: emit_norm(g, grp, anchor, *info, dst); break;
-      case kernel_template::reduce:
-        if (info->family == op_family::softmax || info->family == op_family::cumsum)
-          emit_softmax_like(g, grp, anchor, *info, dst);
-        else
-          emit_reduce(g, grp, anchor, *info, dst);
-        break;
-      case kernel_template::layout: emit_layout(g, grp, anchor, *info, dst, grp.first_op); break;
+    case kernel_template::elementwise: emit_elementwise(g, grp, dst); break;
+    case kernel_template::gemm:
+      emit_gemm(g, grp, describe_gemm(g, anchor, info->family), dst);
+      break;
+    case kernel_template::library:
+      emit_library(g, grp, describe_gemm(g, anchor, info->family), dst);
+      break;
+    case kernel_template::conv: emit_conv(g, grp, anchor, *info, dst); break;
+    case kernel_template::pool: emit_pool(g, grp, anchor, *info, dst); break;
+    case kernel_template::norm: emit_norm(g, grp, anchor, *info, dst); break;
+    case kernel_template::reduce:
+      if (info->family == op_family::softmax || info->family == op_family::cumsum)
+        emit_softmax_like(g, grp, anchor, *info, dst);
+      else
+        emit_reduce(g, grp, anchor, *info, dst);
+      break;
+    case kernel_template::layout: emit_layout(g, grp, anchor, *info, dst, grp.first_op); break;
     }
     o << "  }\n";
   }
   // The same value named twice in `outputs`: copy into the later slots.
   for (std::size_t k = 0; k < t.outputs.size(); ++k) {
     auto r = find_value(t, t.outputs[k]);
-    bool first = std::find(t.outputs.begin(), t.outputs.end(), t.outputs[k]) - t.outputs.begin() == static_cast<long>(k);
+    bool first = std::find(t.outputs.begin(), t.outputs.end(), t.outputs[k]) - t.outputs.begin() ==
+                 static_cast<long>(k);
     if (!first)
-      o << "  std::memcpy(outputs[" << k << "], V" << r.index << ", " << lit(numel(t.ops[r.index].shape) * (t.ops[r.index].is_index ? 8 : 4)) << ");\n";
+      o << "  std::memcpy(outputs[" << k << "], V" << r.index << ", "
+        << lit(numel(t.ops[r.index].shape) * (t.ops[r.index].is_index ? 8 : 4)) << ");\n";
   }
   o << "  return 0;\n}\n";
   if (!g.errors.empty()) return error{g.errors.front()};

@@ -1,7 +1,8 @@
 // The cpu code generator: a task and a checked program -> one C++ translation unit that implements
-// kiln_run (skills/kiln_abi.h). Shapes are compile-time constants; each fusion group becomes one loop
-// nest whose anchor value passes through the group's elementwise epilogue in registers before its
-// single store. Values between groups live in host->alloc scratch; task outputs are written in place.
+// kiln_run (skills/kiln_abi.h). Shapes are compile-time constants; each fusion group becomes one
+// loop nest whose anchor value passes through the group's elementwise epilogue in registers before
+// its single store. Values between groups live in host->alloc scratch; task outputs are written in
+// place.
 //   task + program --generate_cpu--> source --compile_cpu--> .so --cpu_program::run--> outputs
 //
 // The source includes only kiln_abi.h and <cmath>/<cstdint>/<cstring>/<algorithm>, so g++ builds it

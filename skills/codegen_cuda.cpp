@@ -1,5 +1,7 @@
 #include "skills/codegen_cuda.hpp"
 
+#include "skills/codegen_common.hpp"
+
 #include "data/op_vocab.hpp"
 #include "skills/grammar.hpp"
 
@@ -16,61 +18,23 @@ namespace {
 
 using std::string;
 
-constexpr int64_t kSms = 132;                                 // H200 multiprocessors: grid caps, split choices
-constexpr int64_t kIntSafe = (int64_t{1} << 31) - (int64_t{1} << 24); // int indices below this, with headroom
+constexpr int64_t kSms = 132; // H200 multiprocessors: grid caps, split choices
+constexpr int64_t kIntSafe =
+    (int64_t{1} << 31) - (int64_t{1} << 24); // int indices below this, with headroom
 constexpr int64_t kMaxGrid = 0x7fffffffLL;
 
-string lit(int64_t v) { return std::to_string(v); }
+string lit(int64_t v) { return int_literal(v, cuda_dialect); }
 
-// A float literal that round-trips; infinities and NaN spelled with bit patterns (no headers).
-string flit(double v) {
-  if (std::isnan(v)) return "__int_as_float(0x7fffffff)";
-  if (std::isinf(v)) return v > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(static_cast<float>(v)));
-  string s = buf;
-  if (s.find_first_of(".e") == string::npos) s += ".0";
-  return s + "f";
-}
+string flit(double v) { return float_literal(v, cuda_dialect); }
 
 int64_t prod(const shape_t& s, std::size_t from = 0, std::size_t to = SIZE_MAX) {
-  int64_t p = 1;
-  for (std::size_t i = from; i < std::min(to, s.size()); ++i) p *= s[i];
-  return p;
+  return shape_product(s, from, to);
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Index into a tensor of shape `operand` that broadcasts to `out`, from the linear index `i` of
-// `out`. Runs of consecutive non-broadcast dims merge into one div/mod pair.
 string bcast_index(const shape_t& operand, const shape_t& out, const string& i) {
-  if (operand == out) return i;
-  if (prod(operand) == 1) return "0";
-  std::size_t n = out.size(), pad = n - operand.size();
-  std::vector<int64_t> ostride(n, 1), pstride(n, 0);
-  for (std::size_t d = n; d-- > 1;) ostride[d - 1] = ostride[d] * out[d];
-  int64_t s = 1;
-  for (std::size_t d = n; d-- > pad;) {
-    int64_t ext = operand[d - pad];
-    pstride[d] = ext == 1 ? 0 : s;
-    s *= ext;
-  }
-  string expr;
-  for (std::size_t d = 0; d < n;) {
-    if (pstride[d] == 0) {
-      ++d;
-      continue;
-    }
-    std::size_t e = d;
-    int64_t ext = out[d];
-    while (e + 1 < n && pstride[e + 1] != 0 && pstride[e] == pstride[e + 1] * out[e + 1]) ext *= out[++e];
-    string term = "(" + i + " / " + lit(ostride[e]) + ")";
-    if (d > 0) term = "(" + term + " % " + lit(ext) + ")";
-    if (pstride[e] != 1) term += " * " + lit(pstride[e]);
-    expr += (expr.empty() ? "" : " + ") + term;
-    d = e + 1;
-  }
-  return expr.empty() ? "0" : "(" + expr + ")";
+  return broadcast_index(operand, out, i, cuda_dialect);
 }
 
 // Tiles along an extent. bounds: ceil, guarded when ragged. No bounds: floor, the ragged rest left
@@ -116,7 +80,8 @@ struct buffer_info {
 };
 
 struct gen {
-  explicit gen(const task& task_) : t(task_), value_sym(task_.ops.size()), is_output(task_.ops.size(), false) {}
+  explicit gen(const task& task_)
+      : t(task_), value_sym(task_.ops.size()), is_output(task_.ops.size(), false) {}
   const task& t;
   cuda_program prog;
   std::ostringstream kernels;
@@ -128,10 +93,10 @@ struct gen {
   string sym_of(const string& name) const {
     auto r = find_value(t, name);
     switch (r.k) {
-      case value_ref::kind::input: return "I" + std::to_string(r.index);
-      case value_ref::kind::param: return "P" + std::to_string(r.index);
-      case value_ref::kind::op: return value_sym[r.index];
-      case value_ref::kind::none: break;
+    case value_ref::kind::input: return "I" + std::to_string(r.index);
+    case value_ref::kind::param: return "P" + std::to_string(r.index);
+    case value_ref::kind::op: return value_sym[r.index];
+    case value_ref::kind::none: break;
     }
     return "";
   }
@@ -155,7 +120,9 @@ struct gen {
     kb.params.push_back(p);
     return sym;
   }
-  string rd(kernel_builder& kb, const string& value_name) { return use(kb, sym_of(value_name), false); }
+  string rd(kernel_builder& kb, const string& value_name) {
+    return use(kb, sym_of(value_name), false);
+  }
 
   string scratch(int64_t elems, bool is_int = false) {
     elems = std::max<int64_t>(1, elems);
@@ -172,7 +139,8 @@ struct gen {
   // Emits the kernel's source and its launch step.
   void launch(kernel_builder& kb, int64_t grid, int64_t block, int64_t shared = 0) {
     if (grid < 1 || grid > kMaxGrid) {
-      errors.push_back("cuda backend: kernel " + kb.name + " needs " + std::to_string(grid) + " blocks");
+      errors.push_back("cuda backend: kernel " + kb.name + " needs " + std::to_string(grid) +
+                       " blocks");
       grid = 1;
     }
     kernel_step ks;
@@ -185,7 +153,8 @@ struct gen {
     for (std::size_t i = 0; i < kb.params.size(); ++i) {
       const auto& p = kb.params[i];
       const auto& b = buffers[p.sym];
-      o << (i ? ", " : "") << (p.written ? "" : "const ") << (b.is_int ? "long long" : "float") << "* __restrict__ " << p.sym;
+      o << (i ? ", " : "") << (p.written ? "" : "const ") << (b.is_int ? "long long" : "float")
+        << "* __restrict__ " << p.sym;
       kernel_arg a;
       a.buffer = b.ref;
       a.mode = p.written ? (p.read ? access::read_write : access::write) : access::read;
@@ -199,68 +168,13 @@ struct gen {
   }
 };
 
-// The formula of one elementwise op on x0 (and x1), PyTorch semantics; kmax / kmin are std::max /
-// std::min (NaN handling as in the cpu generator).
-string elementwise_formula(const op_node& op) {
-  const auto& a = op.attrs;
-  const string& n = op.op;
-  if (n == "relu") return "(x0 < 0.f ? 0.f : x0)";
-  if (n == "leaky_relu") return "(x0 > 0.f ? x0 : x0 * " + flit(attr_real(a, "negative_slope", 0.01)) + ")";
-  if (n == "sigmoid") return "(1.f / (1.f + expf(-x0)))";
-  if (n == "tanh") return "tanhf(x0)";
-  if (n == "gelu") {
-    if (attr_string(a, "approximate", "none") == "tanh")
-      return "(0.5f * x0 * (1.f + tanhf(0.797884560802865f * (x0 + 0.044715f * x0 * x0 * x0))))";
-    return "(0.5f * x0 * (1.f + erff(x0 * 0.707106781186547f)))";
-  }
-  if (n == "silu") return "(x0 / (1.f + expf(-x0)))";
-  if (n == "mish") return "(x0 * tanhf(log1pf(expf(x0))))";
-  if (n == "hardswish") return "(x0 * kmin(kmax(x0 + 3.f, 0.f), 6.f) / 6.f)";
-  if (n == "hardsigmoid") return "(kmin(kmax(x0 + 3.f, 0.f), 6.f) / 6.f)";
-  if (n == "hardtanh")
-    return "kmin(kmax(x0, " + flit(attr_real(a, "min_val", -1.0)) + "), " + flit(attr_real(a, "max_val", 1.0)) + ")";
-  if (n == "elu") return "(x0 > 0.f ? x0 : " + flit(attr_real(a, "alpha", 1.0)) + " * expm1f(x0))";
-  if (n == "selu") return "(1.05070098735548f * (x0 > 0.f ? x0 : 1.67326324235437f * expm1f(x0)))";
-  if (n == "softplus") {
-    string b = flit(attr_real(a, "beta", 1.0)), th = flit(attr_real(a, "threshold", 20.0));
-    return "(x0 * " + b + " > " + th + " ? x0 : log1pf(expf(x0 * " + b + ")) / " + b + ")";
-  }
-  if (n == "softsign") return "(x0 / (1.f + fabsf(x0)))";
-  if (n == "exp") return "expf(x0)";
-  if (n == "log") return "logf(x0)";
-  if (n == "abs") return "fabsf(x0)";
-  if (n == "neg") return "(-x0)";
-  if (n == "sqrt") return "sqrtf(x0)";
-  if (n == "rsqrt") return "(1.f / sqrtf(x0))";
-  if (n == "clamp") {
-    string e = "x0";
-    if (has_attr(a, "min")) e = "kmax(" + e + ", " + flit(attr_real(a, "min", 0)) + ")";
-    if (has_attr(a, "max")) e = "kmin(" + e + ", " + flit(attr_real(a, "max", 0)) + ")";
-    return e;
-  }
-  if (n == "add") return "(x0 + x1)";
-  if (n == "sub") return "(x0 - x1)";
-  if (n == "mul") return "(x0 * x1)";
-  if (n == "div") return "(x0 / x1)";
-  if (n == "maximum") return "((x0 != x0 || x0 > x1) ? x0 : x1)";
-  if (n == "minimum") return "((x0 != x0 || x0 < x1) ? x0 : x1)";
-  if (n == "pow") {
-    if (op.args.size() == 1) {
-      double s = attr_real(a, "scalar", 1.0);
-      if (s == 2.0) return "(x0 * x0)";
-      if (s == 3.0) return "(x0 * x0 * x0)";
-      if (s == 1.0) return "x0";
-      if (s == 0.5) return "sqrtf(x0)";
-    }
-    return "powf(x0, x1)";
-  }
-  return "";
-}
+string elementwise_formula(const op_node& op) { return kiln::elementwise_formula(op, cuda_dialect); }
 
 // Code applying ops [from, to] to the V lanes r[0..V) at output indices i .. i + V - 1. An argument
 // that is the previous op of the chain reads the register; a full-shape operand is a vector load; a
 // broadcast operand is loaded per lane. The anchor of an elementwise group has no register input.
-string chain_code(gen& g, kernel_builder& kb, int64_t from, int64_t to, int64_t chain_start, int64_t V) {
+string chain_code(gen& g, kernel_builder& kb, int64_t from, int64_t to, int64_t chain_start,
+                  int64_t V) {
   std::ostringstream s;
   for (int64_t j = from; j <= to; ++j) {
     const op_node& op = g.t.ops[j];
@@ -285,13 +199,15 @@ string chain_code(gen& g, kernel_builder& kb, int64_t from, int64_t to, int64_t 
       string sym = g.rd(kb, op.args[k]);
       const shape_t& sh = g.shape(op.args[k]);
       if (sh == op.shape && V > 1) {
-        s << "      float a" << k << "[" << V << "];\n      kld<" << V << ">(" << sym << " + i, a" << k << ");\n";
+        s << "      float a" << k << "[" << V << "];\n      kld<" << V << ">(" << sym << " + i, a"
+          << k << ");\n";
         lane[k] = "a" + std::to_string(k) + "[l]";
       } else {
         lane[k] = sym + "[" + bcast_index(sh, op.shape, "(i + l)") + "]";
       }
     }
-    s << "#pragma unroll\n      for (int l = 0; l < " << V << "; ++l) {\n        const float x0 = " << lane[0] << ";\n";
+    s << "#pragma unroll\n      for (int l = 0; l < " << V
+      << "; ++l) {\n        const float x0 = " << lane[0] << ";\n";
     if (nargs > 1) s << "        const float x1 = " << lane[1] << ";\n";
     s << "        r[l] = " << f << ";\n      }\n    }\n";
   }
@@ -305,29 +221,28 @@ string epilogue(gen& g, kernel_builder& kb, const group& grp, int64_t V) {
 
 // A grid-stride kernel over n outputs in units of V: `lanes(V)` is code filling float r[V] for the
 // outputs at i .. i + V - 1; unroll units per thread per step. bounds 0 drops the n % V tail.
-void emit_driver(gen& g, kernel_builder& kb, const string& dst, int64_t n, int64_t V, int64_t unroll,
-                 bool bounds, int64_t block, const std::function<string(int64_t)>& lanes) {
+void emit_driver(gen& g, kernel_builder& kb, const string& dst, int64_t n, int64_t V,
+                 int64_t unroll, bool bounds, int64_t block,
+                 const std::function<string(int64_t)>& lanes) {
   auto& o = kb.body;
   g.use(kb, dst, true);
   int64_t units = n / V, per_block = block * unroll;
   o << "  constexpr I N = " << lit(n) << ", UNITS = N / " << V << ";\n"
-    << "  for (I base = (I)blockIdx.x * " << per_block << " + threadIdx.x; base < UNITS; base += (I)gridDim.x * "
-    << per_block << ") {\n"
+    << "  for (I base = (I)blockIdx.x * " << per_block
+    << " + threadIdx.x; base < UNITS; base += (I)gridDim.x * " << per_block << ") {\n"
     << "#pragma unroll\n"
     << "    for (int uu = 0; uu < " << unroll << "; ++uu) {\n"
     << "      const I u = base + uu * " << block << ";\n"
     << "      if (u >= UNITS) break;\n"
     << "      const I i = u * " << V << ";\n"
     << "      float r[" << V << "];\n"
-    << lanes(V)
-    << "      kst<" << V << ">(" << dst << " + i, r);\n"
+    << lanes(V) << "      kst<" << V << ">(" << dst << " + i, r);\n"
     << "    }\n  }\n";
   if (bounds && n % V != 0) {
     o << "  if (blockIdx.x == 0 && threadIdx.x < N % " << V << ") {\n"
       << "    const I i = UNITS * " << V << " + threadIdx.x;\n"
       << "    float r[1];\n"
-      << lanes(1)
-      << "    " << dst << "[i] = r[0];\n  }\n";
+      << lanes(1) << "    " << dst << "[i] = r[0];\n  }\n";
   }
   int64_t cap = 4 * kSms * std::max<int64_t>(1, 2048 / block);
   g.launch(kb, std::clamp<int64_t>(ceil_div(units, per_block), 1, cap), block);
@@ -350,9 +265,10 @@ void emit_elementwise(gen& g, const group& grp, const string& name, const string
   kb.name = name;
   const op_node& last = g.t.ops[grp.first_op + grp.num_ops - 1];
   int64_t n = std::max<int64_t>(1, numel(last.shape));
-  emit_driver(g, kb, dst, n, grp.get(knob::vec, 1), grp.get(knob::unroll, 1), grp.get(knob::bounds, 1) != 0,
-              grp.get(knob::block, 256), [&](int64_t V) {
-                return chain_code(g, kb, grp.first_op, grp.first_op + grp.num_ops - 1, grp.first_op, V);
+  emit_driver(g, kb, dst, n, grp.get(knob::vec, 1), grp.get(knob::unroll, 1),
+              grp.get(knob::bounds, 1) != 0, grp.get(knob::block, 256), [&](int64_t V) {
+                return chain_code(g, kb, grp.first_op, grp.first_op + grp.num_ops - 1, grp.first_op,
+                                  V);
               });
 }
 
@@ -360,7 +276,7 @@ void emit_elementwise(gen& g, const group& grp, const string& name, const string
 struct gemm_desc {
   int64_t nb = 1, m = 1, n = 1, k = 1;
   bool trans_b = false;
-  string a, b, bias;            // value names
+  string a, b, bias; // value names
   enum class batch { none, full, general } a_mode = batch::none, b_mode = batch::none;
   string a_off = "0", b_off = "0"; // element offsets as expressions of the batch index `bi`
 };
@@ -424,7 +340,8 @@ gemm_desc describe_gemm(const gen& g, const op_node& op, op_family f) {
 
 // Library path: materialize broadcast batches, one strided-batched GEMM step into dst, then the
 // bias and the epilogue in place.
-void emit_library(gen& g, const group& grp, const string& pfx, const gemm_desc& d, const string& dst) {
+void emit_library(gen& g, const group& grp, const string& pfx, const gemm_desc& d,
+                  const string& dst) {
   string a = g.sym_of(d.a), b = g.sym_of(d.b);
   auto expand = [&](const string& src, const string& off, int64_t mat, const string& tag) {
     string s = g.scratch(d.nb * mat);
@@ -432,8 +349,9 @@ void emit_library(gen& g, const group& grp, const string& pfx, const gemm_desc& 
     kb.name = pfx + "_expand_" + tag;
     g.use(kb, src, false);
     emit_driver(g, kb, s, d.nb * mat, 1, 1, true, 256, [&](int64_t V) {
-      string body = "      for (int l = 0; l < " + std::to_string(V) + "; ++l) {\n        const I q = i + l, bi = q / " +
-                    lit(mat) + ";\n        r[l] = " + src + "[" + off + " + q % " + lit(mat) + "];\n      }\n";
+      string body = "      for (int l = 0; l < " + std::to_string(V) +
+                    "; ++l) {\n        const I q = i + l, bi = q / " + lit(mat) +
+                    ";\n        r[l] = " + src + "[" + off + " + q % " + lit(mat) + "];\n      }\n";
       return body;
     });
     return s;
@@ -453,7 +371,9 @@ void emit_library(gen& g, const group& grp, const string& pfx, const gemm_desc& 
   gs.b = g.buffers[b].ref;
   gs.c = g.buffers[dst].ref;
   int64_t precision = grp.get(knob::precision, 0);
-  gs.precision = precision == 1 ? gemm_precision::tf32 : precision == 2 ? gemm_precision::fp16_accumulate : gemm_precision::fp32;
+  gs.precision = precision == 1   ? gemm_precision::tf32
+                 : precision == 2 ? gemm_precision::fp16_accumulate
+                                  : gemm_precision::fp32;
   plan_step st;
   st.k = plan_step::kind::gemm;
   st.gemm = gs;
@@ -462,28 +382,33 @@ void emit_library(gen& g, const group& grp, const string& pfx, const gemm_desc& 
   kernel_builder kb;
   kb.name = pfx + "_epilogue";
   int64_t total = d.nb * d.m * d.n;
-  emit_driver(g, kb, dst, total, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256), [&](int64_t V) {
-    std::ostringstream s;
-    g.use(kb, dst, false);
-    s << "      kld<" << V << ">(" << dst << " + i, r);\n";
-    if (!d.bias.empty()) {
-      string bias = g.rd(kb, d.bias);
-      s << "#pragma unroll\n      for (int l = 0; l < " << V << "; ++l) r[l] += " << bias << "[(i + l) % " << d.n << "];\n";
-    }
-    s << epilogue(g, kb, grp, V);
-    return s.str();
-  });
+  emit_driver(g, kb, dst, total, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256),
+              [&](int64_t V) {
+                std::ostringstream s;
+                g.use(kb, dst, false);
+                s << "      kld<" << V << ">(" << dst << " + i, r);\n";
+                if (!d.bias.empty()) {
+                  string bias = g.rd(kb, d.bias);
+                  s << "#pragma unroll\n      for (int l = 0; l < " << V
+                    << "; ++l) r[l] += " << bias << "[(i + l) % " << d.n << "];\n";
+                }
+                s << epilogue(g, kb, grp, V);
+                return s.str();
+              });
 }
 
 // Generated GEMM: a TM x TN tile per block, TX x TY threads each owning an RM x RN micro-tile
-// (rows ty + r * TY, columns tx + c * TX: coalesced columns). stage: TK-deep tiles of A (transposed)
-// and B through dynamic shared memory, padded a word per row. split_k > 1: each slice stores its
-// partial tile to scratch; a second kernel adds the slices in order, then bias and epilogue.
+// (rows ty + r * TY, columns tx + c * TX: coalesced columns). stage: TK-deep tiles of A
+// (transposed) and B through dynamic shared memory, padded a word per row. split_k > 1: each slice
+// stores its partial tile to scratch; a second kernel adds the slices in order, then bias and
+// epilogue.
 void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, const string& dst) {
-  int64_t TM = grp.get(knob::tile_m, 32), TN = grp.get(knob::tile_n, 32), TK = grp.get(knob::tile_k, 16);
+  int64_t TM = grp.get(knob::tile_m, 32), TN = grp.get(knob::tile_n, 32),
+          TK = grp.get(knob::tile_k, 16);
   int64_t SK = grp.get(knob::split_k, 1), precision = grp.get(knob::precision, 0);
   bool stage = grp.get(knob::stage, 0) != 0, bounds = grp.get(knob::bounds, 1) != 0;
-  int64_t TX = std::min<int64_t>(TN, 16), TY = std::min<int64_t>(TM, 16), RM = TM / TY, RN = TN / TX;
+  int64_t TX = std::min<int64_t>(TN, 16), TY = std::min<int64_t>(TM, 16), RM = TM / TY,
+          RN = TN / TX;
   int64_t threads = TX * TY;
   tiling mt = tiles(d.m, TM, bounds), nt = tiles(d.n, TN, bounds);
   int64_t KC = bounds ? ceil_div(d.k, SK) : d.k / SK;
@@ -491,17 +416,18 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
   int64_t total = d.nb * d.m * d.n;
   string rnd = precision == 1 ? "ktf32" : "";
   auto fma = [&](const string& acc, const string& x, const string& y) {
-    return precision == 2 ? acc + " = khalf(fmaf(" + x + ", " + y + ", " + acc + "))" : acc + " = fmaf(" + x + ", " + y + ", " + acc + ")";
+    return precision == 2 ? acc + " = khalf(fmaf(" + x + ", " + y + ", " + acc + "))"
+                          : acc + " = fmaf(" + x + ", " + y + ", " + acc + ")";
   };
   string part = SK > 1 ? g.scratch(SK * total) : "";
   kernel_builder kb;
   kb.name = pfx + "_gemm";
   auto& o = kb.body;
   string A = g.rd(kb, d.a), B = g.rd(kb, d.b);
-  o << "  constexpr int TM = " << TM << ", TN = " << TN << ", TK = " << TK << ", TX = " << TX << ", TY = " << TY
-    << ", RM = " << RM << ", RN = " << RN << ", THREADS = " << threads << ";\n"
-    << "  constexpr I M = " << d.m << ", N = " << d.n << ", K = " << d.k << ", KC = " << KC << ", MT = " << mt.count
-    << ", NT = " << nt.count << ", SK = " << SK << ";\n"
+  o << "  constexpr int TM = " << TM << ", TN = " << TN << ", TK = " << TK << ", TX = " << TX
+    << ", TY = " << TY << ", RM = " << RM << ", RN = " << RN << ", THREADS = " << threads << ";\n"
+    << "  constexpr I M = " << d.m << ", N = " << d.n << ", K = " << d.k << ", KC = " << KC
+    << ", MT = " << mt.count << ", NT = " << nt.count << ", SK = " << SK << ";\n"
     << "  long long w = blockIdx.x;\n"
     << "  const I n0 = (I)(w % NT) * TN; w /= NT;\n"
     << "  const I m0 = (I)(w % MT) * TM; w /= MT;\n"
@@ -511,8 +437,10 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
     << "  const float* __restrict__ b = " << B << " + " << d.b_off << ";\n"
     << "  const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;\n"
     << "  float acc[RM][RN];\n"
-    << "#pragma unroll\n  for (int r = 0; r < RM; ++r)\n#pragma unroll\n    for (int c = 0; c < RN; ++c) acc[r][c] = 0.f;\n"
-    << "  const I ks = s * KC, ke = " << (bounds ? "(ks + KC < K ? ks + KC : K)" : "ks + KC") << ";\n";
+    << "#pragma unroll\n  for (int r = 0; r < RM; ++r)\n#pragma unroll\n    for (int c = 0; c < "
+       "RN; ++c) acc[r][c] = 0.f;\n"
+    << "  const I ks = s * KC, ke = " << (bounds ? "(ks + KC < K ? ks + KC : K)" : "ks + KC")
+    << ";\n";
   string mguard = mt.guard ? "gm < M" : "true", nguard = nt.guard ? "gn < N" : "true";
   string kguard = guard_k ? "gk < ke" : "true";
   string bget = d.trans_b ? "b[gn * K + gk]" : "b[gk * N + gn]";
@@ -524,7 +452,8 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
       << "    for (int l = threadIdx.x; l < TM * TK; l += THREADS) {\n"
       << "      const int kk = l % TK, mm = l / TK;\n"
       << "      const I gm = m0 + mm, gk = k0 + kk;\n"
-      << "      As[kk * (TM + 1) + mm] = (" << mguard << " && " << kguard << ") ? " << rnd << "(a[gm * K + gk]) : 0.f;\n"
+      << "      As[kk * (TM + 1) + mm] = (" << mguard << " && " << kguard << ") ? " << rnd
+      << "(a[gm * K + gk]) : 0.f;\n"
       << "    }\n";
     if (d.trans_b)
       o << "    for (int l = threadIdx.x; l < TN * TK; l += THREADS) {\n"
@@ -533,15 +462,19 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
       o << "    for (int l = threadIdx.x; l < TN * TK; l += THREADS) {\n"
         << "      const int nn = l % TN, kk = l / TN;\n";
     o << "      const I gn = n0 + nn, gk = k0 + kk;\n"
-      << "      Bs[kk * (TN + 1) + nn] = (" << nguard << " && " << kguard << ") ? " << rnd << "(" << bget << ") : 0.f;\n"
+      << "      Bs[kk * (TN + 1) + nn] = (" << nguard << " && " << kguard << ") ? " << rnd << "("
+      << bget << ") : 0.f;\n"
       << "    }\n"
       << "    __syncthreads();\n"
       << "#pragma unroll 4\n"
       << "    for (int kk = 0; kk < TK; ++kk) {\n"
       << "      float av[RM], bv[RN];\n"
-      << "#pragma unroll\n      for (int r = 0; r < RM; ++r) av[r] = As[kk * (TM + 1) + ty + r * TY];\n"
-      << "#pragma unroll\n      for (int c = 0; c < RN; ++c) bv[c] = Bs[kk * (TN + 1) + tx + c * TX];\n"
-      << "#pragma unroll\n      for (int r = 0; r < RM; ++r)\n#pragma unroll\n        for (int c = 0; c < RN; ++c) "
+      << "#pragma unroll\n      for (int r = 0; r < RM; ++r) av[r] = As[kk * (TM + 1) + ty + r * "
+         "TY];\n"
+      << "#pragma unroll\n      for (int c = 0; c < RN; ++c) bv[c] = Bs[kk * (TN + 1) + tx + c * "
+         "TX];\n"
+      << "#pragma unroll\n      for (int r = 0; r < RM; ++r)\n#pragma unroll\n        for (int c = "
+         "0; c < RN; ++c) "
       << fma("acc[r][c]", "av[r]", "bv[c]") << ";\n"
       << "    }\n"
       << "    __syncthreads();\n"
@@ -552,11 +485,14 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
       << "    for (int kk = 0; kk < kc; ++kk) {\n"
       << "      const I gk = k0 + kk;\n"
       << "      float av[RM], bv[RN];\n"
-      << "#pragma unroll\n      for (int r = 0; r < RM; ++r) { const I gm = m0 + ty + r * TY; av[r] = ("
+      << "#pragma unroll\n      for (int r = 0; r < RM; ++r) { const I gm = m0 + ty + r * TY; "
+         "av[r] = ("
       << mguard << ") ? " << rnd << "(a[gm * K + gk]) : 0.f; }\n"
-      << "#pragma unroll\n      for (int c = 0; c < RN; ++c) { const I gn = n0 + tx + c * TX; bv[c] = (" << nguard
-      << ") ? " << rnd << "(" << bget << ") : 0.f; }\n"
-      << "#pragma unroll\n      for (int r = 0; r < RM; ++r)\n#pragma unroll\n        for (int c = 0; c < RN; ++c) "
+      << "#pragma unroll\n      for (int c = 0; c < RN; ++c) { const I gn = n0 + tx + c * TX; "
+         "bv[c] = ("
+      << nguard << ") ? " << rnd << "(" << bget << ") : 0.f; }\n"
+      << "#pragma unroll\n      for (int r = 0; r < RM; ++r)\n#pragma unroll\n        for (int c = "
+         "0; c < RN; ++c) "
       << fma("acc[r][c]", "av[r]", "bv[c]") << ";\n"
       << "    }\n"
       << "  }\n";
@@ -575,7 +511,8 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
     g.use(kb, dst, true);
     o << "      float r[1] = {acc[rr][cc]};\n";
     if (!d.bias.empty()) o << "      r[0] += " << g.rd(kb, d.bias) << "[gn];\n";
-    o << "      {\n" << epilogue(g, kb, grp, 1) << "      }\n"
+    o << "      {\n"
+      << epilogue(g, kb, grp, 1) << "      }\n"
       << "      " << dst << "[i] = r[0];\n";
   }
   o << "    }\n  }\n";
@@ -590,10 +527,12 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
     g.use(rk, part, false);
     s << "      kld<" << v << ">(" << part << " + i, r);\n"
       << "      for (int sk = 1; sk < " << SK << "; ++sk) {\n"
-      << "        float p[" << v << "];\n        kld<" << v << ">(" << part << " + (I)sk * " << lit(total) << " + i, p);\n"
+      << "        float p[" << v << "];\n        kld<" << v << ">(" << part << " + (I)sk * "
+      << lit(total) << " + i, p);\n"
       << "#pragma unroll\n        for (int l = 0; l < " << v << "; ++l) r[l] += p[l];\n      }\n";
     if (!d.bias.empty())
-      s << "#pragma unroll\n      for (int l = 0; l < " << v << "; ++l) r[l] += " << g.rd(rk, d.bias) << "[(i + l) % " << d.n << "];\n";
+      s << "#pragma unroll\n      for (int l = 0; l < " << v
+        << "; ++l) r[l] += " << g.rd(rk, d.bias) << "[(i + l) % " << d.n << "];\n";
     s << epilogue(g, rk, grp, v);
     return s.str();
   });
@@ -601,7 +540,8 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
 
 // ---- conv / conv_transpose: direct; 1d / 2d pad to 3d with unit dims. A block owns TM output
 // channels of one group x TN output positions of one image; TX x TY threads each RM x RN. ----
-void emit_conv(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info, const string& dst) {
+void emit_conv(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info,
+               const string& dst) {
   std::size_t sd = static_cast<std::size_t>(info.spatial);
   bool transposed = info.family == op_family::conv_transpose;
   const shape_t& x = g.shape(op.args[0]);
@@ -610,16 +550,20 @@ void emit_conv(gen& g, const group& grp, const string& pfx, const op_node& op, c
     while (v.size() < 3) v.insert(v.begin(), fill);
     return v;
   };
-  auto in = pad3(shape_t(x.begin() + 2, x.end()), 1), ker = pad3(shape_t(w.begin() + 2, w.end()), 1);
+  auto in = pad3(shape_t(x.begin() + 2, x.end()), 1),
+       ker = pad3(shape_t(w.begin() + 2, w.end()), 1);
   auto out = pad3(shape_t(op.shape.begin() + 2, op.shape.end()), 1);
-  auto st = pad3(attr_ints(op.attrs, "stride", sd, 1), 1), pd = pad3(attr_ints(op.attrs, "padding", sd, 0), 0);
+  auto st = pad3(attr_ints(op.attrs, "stride", sd, 1), 1),
+       pd = pad3(attr_ints(op.attrs, "padding", sd, 0), 0);
   auto dl = pad3(attr_ints(op.attrs, "dilation", sd, 1), 1);
   int64_t groups = attr_int(op.attrs, "groups", 1), ci = x[1], co = op.shape[1];
-  int64_t TM = grp.get(knob::tile_m, 16), TN = grp.get(knob::tile_n, 16), unroll = grp.get(knob::unroll, 1);
+  int64_t TM = grp.get(knob::tile_m, 16), TN = grp.get(knob::tile_n, 16),
+          unroll = grp.get(knob::unroll, 1);
   int64_t precision = grp.get(knob::precision, 0);
   bool bounds = grp.get(knob::bounds, 1) != 0;
   int64_t cog = co / groups, p = out[0] * out[1] * out[2];
-  int64_t TX = std::min<int64_t>(TN, 32), TY = std::min<int64_t>(TM, std::max<int64_t>(1, 256 / TX));
+  int64_t TX = std::min<int64_t>(TN, 32),
+          TY = std::min<int64_t>(TM, std::max<int64_t>(1, 256 / TX));
   int64_t RM = TM / TY, RN = TN / TX, threads = TX * TY;
   tiling mb = tiles(cog, TM, bounds), pb = tiles(p, TN, bounds);
   string rnd = precision == 1 ? "ktf32" : "";
@@ -627,16 +571,17 @@ void emit_conv(gen& g, const group& grp, const string& pfx, const op_node& op, c
   kb.name = pfx + "_conv";
   auto& o = kb.body;
   string X = g.rd(kb, op.args[0]), W = g.rd(kb, op.args[1]);
-  o << "  constexpr I CI = " << ci << ", CO = " << co << ", G = " << groups << ", CIG = " << ci / groups
-    << ", COG = " << cog << ";\n"
-    << "  constexpr I ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2] << ", OD = " << out[0]
-    << ", OH = " << out[1] << ", OW = " << out[2] << ";\n"
+  o << "  constexpr I CI = " << ci << ", CO = " << co << ", G = " << groups
+    << ", CIG = " << ci / groups << ", COG = " << cog << ";\n"
+    << "  constexpr I ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2]
+    << ", OD = " << out[0] << ", OH = " << out[1] << ", OW = " << out[2] << ";\n"
     << "  constexpr int KD = " << ker[0] << ", KH = " << ker[1] << ", KW = " << ker[2] << ";\n"
-    << "  constexpr I SD = " << st[0] << ", SH = " << st[1] << ", SW = " << st[2] << ", PD = " << pd[0]
-    << ", PH = " << pd[1] << ", PW = " << pd[2] << ", DD = " << dl[0] << ", DH = " << dl[1] << ", DW = " << dl[2] << ";\n"
+    << "  constexpr I SD = " << st[0] << ", SH = " << st[1] << ", SW = " << st[2]
+    << ", PD = " << pd[0] << ", PH = " << pd[1] << ", PW = " << pd[2] << ", DD = " << dl[0]
+    << ", DH = " << dl[1] << ", DW = " << dl[2] << ";\n"
     << "  constexpr I P = " << lit(p) << ", MB = " << mb.count << ", PB = " << pb.count << ";\n"
-    << "  constexpr int TM = " << TM << ", TN = " << TN << ", TX = " << TX << ", TY = " << TY << ", RM = " << RM
-    << ", RN = " << RN << ";\n"
+    << "  constexpr int TM = " << TM << ", TN = " << TN << ", TX = " << TX << ", TY = " << TY
+    << ", RM = " << RM << ", RN = " << RN << ";\n"
     << "  long long w = blockIdx.x;\n"
     << "  const I p0 = (I)(w % PB) * TN; w /= PB;\n"
     << "  const I oc0 = (I)(w % MB) * TM; w /= MB;\n"
@@ -651,14 +596,17 @@ void emit_conv(gen& g, const group& grp, const string& pfx, const op_node& op, c
     << "    qd[c] = q / (OH * OW); qh[c] = (q / OW) % OH; qw[c] = q % OW;\n"
     << "  }\n"
     << "  bool mv[RM];\n"
-    << "#pragma unroll\n  for (int r = 0; r < RM; ++r) mv[r] = " << (mb.guard ? "oc0 + ty + r * TY < COG" : "true") << ";\n"
+    << "#pragma unroll\n  for (int r = 0; r < RM; ++r) mv[r] = "
+    << (mb.guard ? "oc0 + ty + r * TY < COG" : "true") << ";\n"
     << "  float acc[RM][RN];\n"
-    << "#pragma unroll\n  for (int r = 0; r < RM; ++r)\n#pragma unroll\n    for (int c = 0; c < RN; ++c) acc[r][c] = 0.f;\n"
+    << "#pragma unroll\n  for (int r = 0; r < RM; ++r)\n#pragma unroll\n    for (int c = 0; c < "
+       "RN; ++c) acc[r][c] = 0.f;\n"
     << "  for (I ic = 0; ic < CIG; ++ic) {\n"
     << "    const I ch = gr * CIG + ic;\n"
     << "    const float* __restrict__ xb = " << X << " + (n * CI + ch) * (ID * IH * IW);\n";
   if (!transposed)
-    o << "    const float* __restrict__ wb = " << W << " + ((gr * COG + oc0) * CIG + ic) * (KD * KH * KW);\n"
+    o << "    const float* __restrict__ wb = " << W
+      << " + ((gr * COG + oc0) * CIG + ic) * (KD * KH * KW);\n"
       << "    constexpr I WS = CIG * KD * KH * KW; // between output channels\n";
   else
     o << "    const float* __restrict__ wb = " << W << " + (ch * COG + oc0) * (KD * KH * KW);\n"
@@ -670,39 +618,49 @@ void emit_conv(gen& g, const group& grp, const string& pfx, const op_node& op, c
     << "          float xv[RN], wv[RM];\n"
     << "#pragma unroll\n          for (int c = 0; c < RN; ++c) {\n";
   if (!transposed) {
-    o << "            const I id = qd[c] * SD - PD + kd * DD, ih = qh[c] * SH - PH + kh * DH, iw = qw[c] * SW - PW + kw * DW;\n"
-      << "            const bool ok = qv[c] && id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 && iw < IW;\n";
+    o << "            const I id = qd[c] * SD - PD + kd * DD, ih = qh[c] * SH - PH + kh * DH, iw = "
+         "qw[c] * SW - PW + kw * DW;\n"
+      << "            const bool ok = qv[c] && id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 "
+         "&& iw < IW;\n";
   } else { // gather form: output q receives input i where q = i * S - P + k * D
-    o << "            const I td = qd[c] + PD - kd * DD, th = qh[c] + PH - kh * DH, tw = qw[c] + PW - kw * DW;\n"
+    o << "            const I td = qd[c] + PD - kd * DD, th = qh[c] + PH - kh * DH, tw = qw[c] + "
+         "PW - kw * DW;\n"
       << "            const I id = td / SD, ih = th / SH, iw = tw / SW;\n"
-      << "            const bool ok = qv[c] && td >= 0 && td % SD == 0 && id < ID && th >= 0 && th % SH == 0 && ih < IH &&\n"
+      << "            const bool ok = qv[c] && td >= 0 && td % SD == 0 && id < ID && th >= 0 && th "
+         "% SH == 0 && ih < IH &&\n"
       << "                            tw >= 0 && tw % SW == 0 && iw < IW;\n";
   }
   o << "            xv[c] = ok ? " << rnd << "(xb[(id * IH + ih) * IW + iw]) : 0.f;\n"
     << "          }\n"
     << "          const int tap = (kd * KH + kh) * KW + kw;\n"
-    << "#pragma unroll\n          for (int r = 0; r < RM; ++r) wv[r] = mv[r] ? " << rnd << "(wb[(ty + r * TY) * WS + tap]) : 0.f;\n"
-    << "#pragma unroll\n          for (int r = 0; r < RM; ++r)\n#pragma unroll\n            for (int c = 0; c < RN; ++c) "
-    << (precision == 2 ? "acc[r][c] = khalf(fmaf(wv[r], xv[c], acc[r][c]));\n" : "acc[r][c] = fmaf(wv[r], xv[c], acc[r][c]);\n")
+    << "#pragma unroll\n          for (int r = 0; r < RM; ++r) wv[r] = mv[r] ? " << rnd
+    << "(wb[(ty + r * TY) * WS + tap]) : 0.f;\n"
+    << "#pragma unroll\n          for (int r = 0; r < RM; ++r)\n#pragma unroll\n            for "
+       "(int c = 0; c < RN; ++c) "
+    << (precision == 2 ? "acc[r][c] = khalf(fmaf(wv[r], xv[c], acc[r][c]));\n"
+                       : "acc[r][c] = fmaf(wv[r], xv[c], acc[r][c]);\n")
     << "        }\n"
     << "  }\n";
   g.use(kb, dst, true);
   o << "#pragma unroll\n  for (int rr = 0; rr < RM; ++rr) {\n"
     << "    if (!mv[rr]) continue;\n"
     << "    const I oc = gr * COG + oc0 + ty + rr * TY;\n"
-    << "    const float bias = " << (op.args.size() > 2 ? g.rd(kb, op.args[2]) + "[oc]" : "0.f") << ";\n"
+    << "    const float bias = " << (op.args.size() > 2 ? g.rd(kb, op.args[2]) + "[oc]" : "0.f")
+    << ";\n"
     << "#pragma unroll\n    for (int cc = 0; cc < RN; ++cc) {\n"
     << "      if (!qv[cc]) continue;\n"
     << "      const I i = (n * CO + oc) * P + p0 + tx + cc * TX;\n"
     << "      float r[1] = {acc[rr][cc] + bias};\n"
-    << "      {\n" << epilogue(g, kb, grp, 1) << "      }\n"
+    << "      {\n"
+    << epilogue(g, kb, grp, 1) << "      }\n"
     << "      " << dst << "[i] = r[0];\n"
     << "    }\n  }\n";
   g.launch(kb, x[0] * groups * mb.count * pb.count, threads);
 }
 
 // ---- pools: input viewed as [planes, D, H, W]; one output per lane ----
-void emit_pool(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info, const string& dst) {
+void emit_pool(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info,
+               const string& dst) {
   std::size_t sd = static_cast<std::size_t>(info.spatial);
   const shape_t& x = g.shape(op.args[0]);
   auto pad3 = [&](std::vector<int64_t> v, int64_t fill) {
@@ -717,35 +675,42 @@ void emit_pool(gen& g, const group& grp, const string& pfx, const op_node& op, c
   kb.name = pfx + "_pool";
   string X = g.rd(kb, op.args[0]);
   std::ostringstream pre;
-  pre << "  constexpr I ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2] << ", OD = " << out[0]
-      << ", OH = " << out[1] << ", OW = " << out[2] << ";\n";
+  pre << "  constexpr I ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2]
+      << ", OD = " << out[0] << ", OH = " << out[1] << ", OW = " << out[2] << ";\n";
   kb.body << pre.str();
   std::ostringstream one; // computes float s for output q
-  one << "        const I p = q % (OD * OH * OW), od = p / (OH * OW), oh = (p / OW) % OH, ow = p % OW;\n"
-      << "        const float* __restrict__ xb = " << X << " + (q / (OD * OH * OW)) * (ID * IH * IW);\n";
+  one << "        const I p = q % (OD * OH * OW), od = p / (OH * OW), oh = (p / OW) % OH, ow = p % "
+         "OW;\n"
+      << "        const float* __restrict__ xb = " << X
+      << " + (q / (OD * OH * OW)) * (ID * IH * IW);\n";
   if (info.family == op_family::adaptive_avg_pool) {
     one << "        const I d0 = od * ID / OD, d1 = ((od + 1) * ID + OD - 1) / OD;\n"
         << "        const I h0 = oh * IH / OH, h1 = ((oh + 1) * IH + OH - 1) / OH;\n"
         << "        const I w0 = ow * IW / OW, w1 = ((ow + 1) * IW + OW - 1) / OW;\n"
         << "        float s = 0.f;\n"
-        << "        for (I d = d0; d < d1; ++d)\n          for (I h = h0; h < h1; ++h)\n            for (I w = w0; w < w1; ++w) s += xb[(d * IH + h) * IW + w];\n"
+        << "        for (I d = d0; d < d1; ++d)\n          for (I h = h0; h < h1; ++h)\n           "
+           " for (I w = w0; w < w1; ++w) s += xb[(d * IH + h) * IW + w];\n"
         << "        s = s / (float)((d1 - d0) * (h1 - h0) * (w1 - w0));\n";
   } else {
     bool is_max = info.family == op_family::max_pool;
     auto k = pad3(attr_ints(op.attrs, "kernel_size", sd, 1), 1);
     auto stv = has_attr(op.attrs, "stride") ? pad3(attr_ints(op.attrs, "stride", sd, 1), 1) : k;
     auto pdv = pad3(attr_ints(op.attrs, "padding", sd, 0), 0);
-    auto dlv = is_max ? pad3(attr_ints(op.attrs, "dilation", sd, 1), 1) : std::vector<int64_t>{1, 1, 1};
+    auto dlv =
+        is_max ? pad3(attr_ints(op.attrs, "dilation", sd, 1), 1) : std::vector<int64_t>{1, 1, 1};
     int64_t window = k[0] * k[1] * k[2];
     one << "        float s = " << (is_max ? "__int_as_float(0xff800000)" : "0.f") << ";\n"
         << "#pragma unroll\n        for (int kd = 0; kd < " << k[0] << "; ++kd) {\n"
-        << "          const I d = od * " << stv[0] << " - " << pdv[0] << " + kd * " << dlv[0] << ";\n"
+        << "          const I d = od * " << stv[0] << " - " << pdv[0] << " + kd * " << dlv[0]
+        << ";\n"
         << "          if (d < 0 || d >= ID) continue;\n"
         << "#pragma unroll\n          for (int kh = 0; kh < " << k[1] << "; ++kh) {\n"
-        << "            const I h = oh * " << stv[1] << " - " << pdv[1] << " + kh * " << dlv[1] << ";\n"
+        << "            const I h = oh * " << stv[1] << " - " << pdv[1] << " + kh * " << dlv[1]
+        << ";\n"
         << "            if (h < 0 || h >= IH) continue;\n"
         << "#pragma unroll\n            for (int kw = 0; kw < " << k[2] << "; ++kw) {\n"
-        << "              const I w = ow * " << stv[2] << " - " << pdv[2] << " + kw * " << dlv[2] << ";\n"
+        << "              const I w = ow * " << stv[2] << " - " << pdv[2] << " + kw * " << dlv[2]
+        << ";\n"
         << "              if (w < 0 || w >= IW) continue;\n"
         << "              const float xv = xb[(d * IH + h) * IW + w];\n"
         << (is_max ? "              if (xv > s || xv != xv) s = xv;\n" : "              s += xv;\n")
@@ -754,9 +719,10 @@ void emit_pool(gen& g, const group& grp, const string& pfx, const op_node& op, c
     if (!is_max) one << "        s = s / " << flit(static_cast<double>(window)) << ";\n";
   }
   string body = one.str();
-  emit_driver(g, kb, dst, planes * prod(out), grp.get(knob::vec, 1), 1, grp.get(knob::bounds, 1) != 0,
-              grp.get(knob::block, 256), [&](int64_t V) {
-                return "      for (int l = 0; l < " + std::to_string(V) + "; ++l) {\n        const I q = i + l;\n" + body +
+  emit_driver(g, kb, dst, planes * prod(out), grp.get(knob::vec, 1), 1,
+              grp.get(knob::bounds, 1) != 0, grp.get(knob::block, 256), [&](int64_t V) {
+                return "      for (int l = 0; l < " + std::to_string(V) +
+                       "; ++l) {\n        const I q = i + l;\n" + body +
                        "        r[l] = s;\n      }\n" + epilogue(g, kb, grp, V);
               });
 }
@@ -774,14 +740,15 @@ string row_header(int64_t T, int64_t rows) {
   return o.str();
 }
 
-// ---- norms: each statistics row is SEGS segments of LEN contiguous elements, SA apart, starting at
-// row * BM; the affine parameter of linear index i is widx(i). ----
+// ---- norms: each statistics row is SEGS segments of LEN contiguous elements, SA apart, starting
+// at row * BM; the affine parameter of linear index i is widx(i). ----
 struct norm_geom {
   int64_t rows = 1, segs = 1, len = 1, sa = 0, bm = 1, count = 1;
   int64_t s = 1, channels = 1; // widx: (i / s) % channels, or i % len for layer / rms norm
   bool by_channel = true;
   string widx(const string& i) const {
-    return by_channel ? "((" + i + ") / " + lit(s) + ") % " + lit(channels) : "(" + i + ") % " + lit(len);
+    return by_channel ? "((" + i + ") / " + lit(s) + ") % " + lit(channels)
+                      : "(" + i + ") % " + lit(len);
   }
   // The stats row of linear index i.
   string row_of(const string& i, op_family f) const {
@@ -794,30 +761,30 @@ norm_geom norm_geometry(const op_node& op, const op_info& info, const shape_t& x
   norm_geom n;
   int64_t total = prod(x);
   switch (info.family) {
-    case op_family::batch_norm: {
-      int64_t s = total / (x[0] * x[1]);
-      n.rows = x[1], n.segs = x[0], n.len = s, n.sa = x[1] * s, n.bm = s;
-      n.s = s, n.channels = x[1];
-      break;
-    }
-    case op_family::group_norm: {
-      int64_t s = x.size() > 2 ? total / (x[0] * x[1]) : 1, ng = attr_int(op.attrs, "num_groups", 1);
-      n.rows = x[0] * ng, n.len = total / n.rows, n.bm = n.len;
-      n.s = s, n.channels = x[1];
-      break;
-    }
-    case op_family::instance_norm: {
-      int64_t s = total / (x[0] * x[1]);
-      n.rows = x[0] * x[1], n.len = s, n.bm = s;
-      n.s = s, n.channels = x[1];
-      break;
-    }
-    default: { // layer_norm, rms_norm: the trailing normalized_shape
-      n.len = prod(attr_dims(op.attrs, "normalized_shape"));
-      n.rows = total / n.len, n.bm = n.len;
-      n.by_channel = false;
-      break;
-    }
+  case op_family::batch_norm: {
+    int64_t s = total / (x[0] * x[1]);
+    n.rows = x[1], n.segs = x[0], n.len = s, n.sa = x[1] * s, n.bm = s;
+    n.s = s, n.channels = x[1];
+    break;
+  }
+  case op_family::group_norm: {
+    int64_t s = x.size() > 2 ? total / (x[0] * x[1]) : 1, ng = attr_int(op.attrs, "num_groups", 1);
+    n.rows = x[0] * ng, n.len = total / n.rows, n.bm = n.len;
+    n.s = s, n.channels = x[1];
+    break;
+  }
+  case op_family::instance_norm: {
+    int64_t s = total / (x[0] * x[1]);
+    n.rows = x[0] * x[1], n.len = s, n.bm = s;
+    n.s = s, n.channels = x[1];
+    break;
+  }
+  default: { // layer_norm, rms_norm: the trailing normalized_shape
+    n.len = prod(attr_dims(op.attrs, "normalized_shape"));
+    n.rows = total / n.len, n.bm = n.len;
+    n.by_channel = false;
+    break;
+  }
   }
   n.count = n.segs * n.len;
   return n;
@@ -826,7 +793,8 @@ norm_geom norm_geometry(const op_node& op, const op_info& info, const shape_t& x
 // Normalizes lanes r[0..V) in place at indices i..: (x - mean) * rstd, then weight and bias.
 string norm_affine(gen& g, kernel_builder& kb, const op_node& op, const norm_geom& ng, int64_t V) {
   std::ostringstream s;
-  string w = op.args.size() > 1 ? g.rd(kb, op.args[1]) : "", b = op.args.size() > 2 ? g.rd(kb, op.args[2]) : "";
+  string w = op.args.size() > 1 ? g.rd(kb, op.args[1]) : "",
+         b = op.args.size() > 2 ? g.rd(kb, op.args[2]) : "";
   s << "#pragma unroll\n      for (int l = 0; l < " << V << "; ++l) {\n"
     << "        float v = (r[l] - mean) * rstd;\n";
   if (!w.empty()) s << "        v = v * " << w << "[" << ng.widx("i + l") << "];\n";
@@ -835,7 +803,8 @@ string norm_affine(gen& g, kernel_builder& kb, const op_node& op, const norm_geo
   return s.str();
 }
 
-void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info, const string& dst) {
+void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info,
+               const string& dst) {
   const shape_t& x = g.shape(op.args[0]);
   norm_geom ng = norm_geometry(op, info, x);
   bool rms = info.family == op_family::rms_norm;
@@ -856,14 +825,17 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
     kb.name = pfx + "_norm";
     auto& o = kb.body;
     string X = g.rd(kb, op.args[0]);
-    o << "  __shared__ rstate sh[32];\n" << row_header(T, ng.rows)
-      << "  constexpr I SEGS = " << lit(ng.segs) << ", LEN = " << lit(ng.len) << ", SA = " << lit(ng.sa) << ";\n"
+    o << "  __shared__ rstate sh[32];\n"
+      << row_header(T, ng.rows) << "  constexpr I SEGS = " << lit(ng.segs)
+      << ", LEN = " << lit(ng.len) << ", SA = " << lit(ng.sa) << ";\n"
       << "  const I base = row * " << lit(ng.bm) << ";\n"
       << "  rstate st = {0.f, 0.f, 0};\n"
       << "  for (I sg = 0; sg < SEGS; ++sg)\n"
       << "    for (I l = (I)tid * " << V << "; l < LEN; l += T * " << V << ") {\n"
-      << "      float xs[" << V << "];\n      kld<" << V << ">(" << X << " + base + sg * SA + l, xs);\n"
-      << "#pragma unroll\n      for (int u = 0; u < " << V << "; ++u) { const float x = xs[u]; st.v += " << stat_expr << ";"
+      << "      float xs[" << V << "];\n      kld<" << V << ">(" << X
+      << " + base + sg * SA + l, xs);\n"
+      << "#pragma unroll\n      for (int u = 0; u < " << V
+      << "; ++u) { const float x = xs[u]; st.v += " << stat_expr << ";"
       << (onepass ? " st.s += x * x;" : "") << " }\n"
       << "    }\n"
       << "  st = kreduce<r_sum, T>(st, sh);\n";
@@ -871,14 +843,17 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
       o << "  const float mean = 0.f, rstd = 1.f / sqrtf(st.v / " << cnt << " + " << feps << ");\n";
     } else if (onepass) {
       o << "  const float mean = st.v / " << cnt << ";\n"
-        << "  const float rstd = 1.f / sqrtf(kmax(st.s / " << cnt << " - mean * mean, 0.f) + " << feps << ");\n";
+        << "  const float rstd = 1.f / sqrtf(kmax(st.s / " << cnt << " - mean * mean, 0.f) + "
+        << feps << ");\n";
     } else {
       o << "  const float mean = st.v / " << cnt << ";\n"
         << "  rstate sq = {0.f, 0.f, 0};\n"
         << "  for (I sg = 0; sg < SEGS; ++sg)\n"
         << "    for (I l = (I)tid * " << V << "; l < LEN; l += T * " << V << ") {\n"
-        << "      float xs[" << V << "];\n      kld<" << V << ">(" << X << " + base + sg * SA + l, xs);\n"
-        << "#pragma unroll\n      for (int u = 0; u < " << V << "; ++u) { const float d = xs[u] - mean; sq.v += d * d; }\n"
+        << "      float xs[" << V << "];\n      kld<" << V << ">(" << X
+        << " + base + sg * SA + l, xs);\n"
+        << "#pragma unroll\n      for (int u = 0; u < " << V
+        << "; ++u) { const float d = xs[u] - mean; sq.v += d * d; }\n"
         << "    }\n"
         << "  sq = kreduce<r_sum, T>(sq, sh);\n"
         << "  const float rstd = 1.f / sqrtf(sq.v / " << cnt << " + " << feps << ");\n";
@@ -888,13 +863,14 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
       << "    for (I l = (I)tid * " << V << "; l < LEN; l += T * " << V << ") {\n"
       << "      const I i = base + sg * SA + l;\n"
       << "      float r[" << V << "];\n      kld<" << V << ">(" << X << " + i, r);\n"
-      << norm_affine(g, kb, op, ng, V) << epilogue(g, kb, grp, V)
-      << "      kst<" << V << ">(" << dst << " + i, r);\n"
+      << norm_affine(g, kb, op, ng, V) << epilogue(g, kb, grp, V) << "      kst<" << V << ">("
+      << dst << " + i, r);\n"
       << "    }\n";
     g.launch(kb, ceil_div(ng.rows, rows_per_block(T)), T * rows_per_block(T));
     return;
   }
-  // 1. partial statistics: block b = row * P + chunk -> (count, mean, M2) or (count, sum, sum of squares)
+  // 1. partial statistics: block b = row * P + chunk -> (count, mean, M2) or (count, sum, sum of
+  // squares)
   string part = g.scratch(ng.rows * P * 4), stats = g.scratch(ng.rows * 2);
   {
     kernel_builder kb;
@@ -904,12 +880,14 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
     g.use(kb, part, true);
     o << "  __shared__ rstate sh[32];\n"
       << "  constexpr int T = " << T << ";\n"
-      << "  constexpr I P = " << P << ", SEGS = " << lit(ng.segs) << ", LEN = " << lit(ng.len) << ", SA = " << lit(ng.sa) << ";\n"
+      << "  constexpr I P = " << P << ", SEGS = " << lit(ng.segs) << ", LEN = " << lit(ng.len)
+      << ", SA = " << lit(ng.sa) << ";\n"
       << "  const I row = blockIdx.x / P, c = blockIdx.x % P;\n"
       << "  const int tid = threadIdx.x;\n"
       << "  const I base = row * " << lit(ng.bm) << ";\n";
     if (ng.segs > 1)
-      o << "  const I s0 = (I)((long long)c * SEGS / P), s1 = (I)((long long)(c + 1) * SEGS / P), l0 = 0, l1 = LEN;\n";
+      o << "  const I s0 = (I)((long long)c * SEGS / P), s1 = (I)((long long)(c + 1) * SEGS / P), "
+           "l0 = 0, l1 = LEN;\n";
     else
       o << "  const I s0 = 0, s1 = 1, l0 = (I)((long long)c * (LEN / " << V << ") / P) * " << V
         << ", l1 = (I)((long long)(c + 1) * (LEN / " << V << ") / P) * " << V << ";\n";
@@ -917,8 +895,10 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
       << "  rstate st = {0.f, 0.f, 0};\n"
       << "  for (I sg = s0; sg < s1; ++sg)\n"
       << "    for (I l = l0 + (I)tid * " << V << "; l < l1; l += T * " << V << ") {\n"
-      << "      float xs[" << V << "];\n      kld<" << V << ">(" << X << " + base + sg * SA + l, xs);\n"
-      << "#pragma unroll\n      for (int u = 0; u < " << V << "; ++u) { const float x = xs[u]; st.v += " << stat_expr << ";"
+      << "      float xs[" << V << "];\n      kld<" << V << ">(" << X
+      << " + base + sg * SA + l, xs);\n"
+      << "#pragma unroll\n      for (int u = 0; u < " << V
+      << "; ++u) { const float x = xs[u]; st.v += " << stat_expr << ";"
       << (onepass ? " st.s += x * x;" : "") << " }\n"
       << "    }\n"
       << "  st = kreduce<r_sum, T>(st, sh);\n";
@@ -927,15 +907,19 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
         << "  rstate sq = {0.f, 0.f, 0};\n"
         << "  for (I sg = s0; sg < s1; ++sg)\n"
         << "    for (I l = l0 + (I)tid * " << V << "; l < l1; l += T * " << V << ") {\n"
-        << "      float xs[" << V << "];\n      kld<" << V << ">(" << X << " + base + sg * SA + l, xs);\n"
-        << "#pragma unroll\n      for (int u = 0; u < " << V << "; ++u) { const float d = xs[u] - mean; sq.v += d * d; }\n"
+        << "      float xs[" << V << "];\n      kld<" << V << ">(" << X
+        << " + base + sg * SA + l, xs);\n"
+        << "#pragma unroll\n      for (int u = 0; u < " << V
+        << "; ++u) { const float d = xs[u] - mean; sq.v += d * d; }\n"
         << "    }\n"
         << "  sq = kreduce<r_sum, T>(sq, sh);\n"
-        << "  if (tid == 0) { " << part << "[blockIdx.x * 4] = cnt; " << part << "[blockIdx.x * 4 + 1] = mean; "
-        << part << "[blockIdx.x * 4 + 2] = sq.v; " << part << "[blockIdx.x * 4 + 3] = 0.f; }\n";
+        << "  if (tid == 0) { " << part << "[blockIdx.x * 4] = cnt; " << part
+        << "[blockIdx.x * 4 + 1] = mean; " << part << "[blockIdx.x * 4 + 2] = sq.v; " << part
+        << "[blockIdx.x * 4 + 3] = 0.f; }\n";
     } else {
-      o << "  if (tid == 0) { " << part << "[blockIdx.x * 4] = cnt; " << part << "[blockIdx.x * 4 + 1] = st.v; "
-        << part << "[blockIdx.x * 4 + 2] = st.s; " << part << "[blockIdx.x * 4 + 3] = 0.f; }\n";
+      o << "  if (tid == 0) { " << part << "[blockIdx.x * 4] = cnt; " << part
+        << "[blockIdx.x * 4 + 1] = st.v; " << part << "[blockIdx.x * 4 + 2] = st.s; " << part
+        << "[blockIdx.x * 4 + 3] = 0.f; }\n";
     }
     g.launch(kb, ng.rows * P, T);
   }
@@ -956,7 +940,8 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
         o << "  const float mean = 0.f, rstd = 1.f / sqrtf(s1 / " << cnt << " + " << feps << ");\n";
       else
         o << "  const float mean = s1 / " << cnt << ";\n"
-          << "  const float rstd = 1.f / sqrtf(kmax(s2 / " << cnt << " - mean * mean, 0.f) + " << feps << ");\n";
+          << "  const float rstd = 1.f / sqrtf(kmax(s2 / " << cnt << " - mean * mean, 0.f) + "
+          << feps << ");\n";
     } else {
       o << "  float n = 0.f, mean = 0.f, m2 = 0.f;\n"
         << "  for (int c = 0; c < " << P << "; ++c) {\n"
@@ -978,26 +963,31 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
   string X = g.rd(kb, op.args[0]);
   g.use(kb, stats, false);
   int64_t n = prod(x);
-  emit_driver(g, kb, dst, n, fit_vec(grp.get(knob::vec, 1), {n, ng.len}), 1, true, 256, [&](int64_t v) {
-    std::ostringstream s;
-    s << "      kld<" << v << ">(" << X << " + i, r);\n"
-      << "#pragma unroll\n      for (int l = 0; l < " << v << "; ++l) {\n"
-      << "        const I row = " << ng.row_of("i + l", info.family) << ";\n"
-      << "        const float mean = " << stats << "[row * 2], rstd = " << stats << "[row * 2 + 1];\n"
-      << "        r[l] = (r[l] - mean) * rstd;\n      }\n"
-      << "      {\n        const float mean = 0.f, rstd = 1.f;\n" << norm_affine(g, kb, op, ng, v) << "      }\n"
-      << epilogue(g, kb, grp, v);
-    return s.str();
-  });
+  emit_driver(g, kb, dst, n, fit_vec(grp.get(knob::vec, 1), {n, ng.len}), 1, true, 256,
+              [&](int64_t v) {
+                std::ostringstream s;
+                s << "      kld<" << v << ">(" << X << " + i, r);\n"
+                  << "#pragma unroll\n      for (int l = 0; l < " << v << "; ++l) {\n"
+                  << "        const I row = " << ng.row_of("i + l", info.family) << ";\n"
+                  << "        const float mean = " << stats << "[row * 2], rstd = " << stats
+                  << "[row * 2 + 1];\n"
+                  << "        r[l] = (r[l] - mean) * rstd;\n      }\n"
+                  << "      {\n        const float mean = 0.f, rstd = 1.f;\n"
+                  << norm_affine(g, kb, op, ng, v) << "      }\n"
+                  << epilogue(g, kb, grp, v);
+                return s.str();
+              });
 }
 
 // ---- softmax / log_softmax / cumsum along one dim: rows of L elements IN apart ----
-void emit_softmax_like(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info, const string& dst) {
+void emit_softmax_like(gen& g, const group& grp, const string& pfx, const op_node& op,
+                       const op_info& info, const string& dst) {
   const shape_t& x = g.shape(op.args[0]);
   bool cumsum = info.family == op_family::cumsum;
   int64_t dim = attr_int(op.attrs, "dim", cumsum ? 0 : -1);
   normalize_dim(dim, x.size());
-  int64_t len = x.empty() ? 1 : x[dim], inner = x.empty() ? 1 : prod(x, dim + 1), outer = x.empty() ? 1 : prod(x, 0, dim);
+  int64_t len = x.empty() ? 1 : x[dim], inner = x.empty() ? 1 : prod(x, dim + 1),
+          outer = x.empty() ? 1 : prod(x, 0, dim);
   int64_t T = grp.get(knob::threads, 128);
   bool log = op.op == "log_softmax";
   kernel_builder kb;
@@ -1017,7 +1007,8 @@ void emit_softmax_like(gen& g, const group& grp, const string& pfx, const op_nod
         << "    const I i = base + l * IN;\n"
         << "    acc += " << X << "[i];\n"
         << "    float r[1] = {acc};\n"
-        << "    {\n" << epilogue(g, kb, grp, 1) << "    }\n"
+        << "    {\n"
+        << epilogue(g, kb, grp, 1) << "    }\n"
         << "    " << dst << "[i] = r[0];\n  }\n";
     } else {
       o << "  rstate st = r_lse::init();\n"
@@ -1025,8 +1016,10 @@ void emit_softmax_like(gen& g, const group& grp, const string& pfx, const op_nod
         << "  const float m = st.v, inv = 1.f / st.s, ls = logf(st.s);\n"
         << "  for (I l = 0; l < L; ++l) {\n"
         << "    const I i = base + l * IN;\n"
-        << "    float r[1] = {" << (log ? X + "[i] - m - ls" : "expf(" + X + "[i] - m) * inv") << "};\n"
-        << "    {\n" << epilogue(g, kb, grp, 1) << "    }\n"
+        << "    float r[1] = {" << (log ? X + "[i] - m - ls" : "expf(" + X + "[i] - m) * inv")
+        << "};\n"
+        << "    {\n"
+        << epilogue(g, kb, grp, 1) << "    }\n"
         << "    " << dst << "[i] = r[0];\n  }\n";
     }
     g.launch(kb, ceil_div(cols, block), block);
@@ -1049,9 +1042,9 @@ void emit_softmax_like(gen& g, const group& grp, const string& pfx, const op_nod
       << "    if (l0 < L) {\n"
       << "      const I i = base + l0;\n"
       << "      float r[" << V << "];\n"
-      << "#pragma unroll\n      for (int u = 0; u < " << V << "; ++u) r[u] = carry + (ex + xs[u]);\n"
-      << epilogue(g, kb, grp, V)
-      << "      kst<" << V << ">(" << dst << " + i, r);\n"
+      << "#pragma unroll\n      for (int u = 0; u < " << V
+      << "; ++u) r[u] = carry + (ex + xs[u]);\n"
+      << epilogue(g, kb, grp, V) << "      kst<" << V << ">(" << dst << " + i, r);\n"
       << "    }\n"
       << "    carry += tot;\n"
       << "  }\n";
@@ -1067,10 +1060,9 @@ void emit_softmax_like(gen& g, const group& grp, const string& pfx, const op_nod
       << "  for (I l = (I)tid * " << V << "; l < L; l += T * " << V << ") {\n"
       << "    const I i = base + l;\n"
       << "    float r[" << V << "];\n    kld<" << V << ">(" << X << " + i, r);\n"
-      << "#pragma unroll\n    for (int l = 0; l < " << V << "; ++l) r[l] = "
-      << (log ? "r[l] - m - ls" : "expf(r[l] - m) * inv") << ";\n"
-      << epilogue(g, kb, grp, V)
-      << "    kst<" << V << ">(" << dst << " + i, r);\n"
+      << "#pragma unroll\n    for (int l = 0; l < " << V
+      << "; ++l) r[l] = " << (log ? "r[l] - m - ls" : "expf(r[l] - m) * inv") << ";\n"
+      << epilogue(g, kb, grp, V) << "    kst<" << V << ">(" << dst << " + i, r);\n"
       << "  }\n";
   }
   g.launch(kb, ceil_div(outer, rows_per_block(T)), T * rows_per_block(T));
@@ -1081,15 +1073,18 @@ struct run {
   int64_t extent, stride;
 };
 
-void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info, const string& dst) {
+void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
+                 const op_info& info, const string& dst) {
   const shape_t& x = g.shape(op.args[0]);
   std::vector<int64_t> dims = attr_dims(op.attrs, "dim");
   if (info.family == op_family::arg_reduce || op.op == "prod")
-    dims = has_attr(op.attrs, "dim") ? std::vector<int64_t>{attr_int(op.attrs, "dim", 0)} : std::vector<int64_t>{};
+    dims = has_attr(op.attrs, "dim") ? std::vector<int64_t>{attr_int(op.attrs, "dim", 0)}
+                                     : std::vector<int64_t>{};
   std::vector<bool> reduced(x.size(), dims.empty());
   for (auto d : dims)
     if (normalize_dim(d, x.size())) reduced[d] = true;
-  std::vector<run> kept, red; // runs of merged dims in input order, with the stride of their last dim
+  std::vector<run> kept,
+      red; // runs of merged dims in input order, with the stride of their last dim
   std::vector<int64_t> stride(x.size(), 1);
   for (std::size_t d = x.size(); d-- > 1;) stride[d - 1] = stride[d] * x[d];
   for (std::size_t d = 0; d < x.size();) {
@@ -1104,15 +1099,23 @@ void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
   for (auto& r : red) nred *= r.extent;
   bool arg = info.family == op_family::arg_reduce;
   const string& n = op.op;
-  string R = n == "sum" || n == "mean" ? "r_sum" : n == "prod" ? "r_prod" : n == "amax" ? "r_max" : n == "amin" ? "r_min"
-           : n == "logsumexp" ? "r_lse" : n == "argmax" ? "r_argmax" : "r_argmin";
-  string fin = n == "mean" ? "st.v / " + flit(static_cast<double>(nred)) : n == "logsumexp" ? "st.v + logf(st.s)" : "st.v";
+  string R = n == "sum" || n == "mean" ? "r_sum"
+             : n == "prod"             ? "r_prod"
+             : n == "amax"             ? "r_max"
+             : n == "amin"             ? "r_min"
+             : n == "logsumexp"        ? "r_lse"
+             : n == "argmax"           ? "r_argmax"
+                                       : "r_argmin";
+  string fin = n == "mean"        ? "st.v / " + flit(static_cast<double>(nred))
+               : n == "logsumexp" ? "st.v + logf(st.s)"
+                                  : "st.v";
   int64_t T = grp.get(knob::threads, 128);
   // Input offset of output oi (kept dims) and of reduced element ri.
   auto base_code = [&](const string& oi) {
     string s = "  I base = 0;\n  { I rest = " + oi + ";\n";
     for (std::size_t k = kept.size(); k-- > 0;)
-      s += "    base += (rest % " + lit(kept[k].extent) + ") * " + lit(kept[k].stride) + "; rest /= " + lit(kept[k].extent) + ";\n";
+      s += "    base += (rest % " + lit(kept[k].extent) + ") * " + lit(kept[k].stride) +
+           "; rest /= " + lit(kept[k].extent) + ";\n";
     return s + "  }\n";
   };
   auto red_off = [&](const string& ri) {
@@ -1131,8 +1134,9 @@ void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
   auto store = [&](kernel_builder& kb, const string& indent) {
     g.use(kb, dst, true);
     if (arg) return indent + dst + "[oi] = st.i;\n";
-    return indent + "{\n" + indent + "  const I i = oi;\n" + indent + "  float r[1] = {" + fin + "};\n" + epilogue(g, kb, grp, 1) +
-           indent + "  " + dst + "[oi] = r[0];\n" + indent + "}\n";
+    return indent + "{\n" + indent + "  const I i = oi;\n" + indent + "  float r[1] = {" + fin +
+           "};\n" + epilogue(g, kb, grp, 1) + indent + "  " + dst + "[oi] = r[0];\n" + indent +
+           "}\n";
   };
   bool column = !x.empty() && !reduced.back();
   if (column) { // innermost dim kept: one thread per output, serial over the reduced elements
@@ -1142,9 +1146,10 @@ void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
     string X = g.rd(kb, op.args[0]);
     int64_t block = std::max<int64_t>(T, 64);
     o << "  const I oi = (I)blockIdx.x * " << block << " + threadIdx.x;\n"
-      << "  if (oi >= " << lit(nout) << ") return;\n" << base_code("oi")
-      << "  rstate st = " << R << "::init();\n"
-      << "  for (I ri = 0; ri < " << lit(nred) << "; ++ri) " << R << "::add(st, " << X << "[base + " << red_off("ri") << "], ri);\n"
+      << "  if (oi >= " << lit(nout) << ") return;\n"
+      << base_code("oi") << "  rstate st = " << R << "::init();\n"
+      << "  for (I ri = 0; ri < " << lit(nred) << "; ++ri) " << R << "::add(st, " << X << "[base + "
+      << red_off("ri") << "], ri);\n"
       << store(kb, "  ");
     g.launch(kb, ceil_div(nout, block), block);
     return;
@@ -1154,7 +1159,8 @@ void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
   int64_t V = contiguous ? fit_vec(grp.get(knob::vec, 1), {nred}) : 1;
   int64_t P = 1;
   if (nout < 2 * kSms && nred >= 65536)
-    P = std::clamp<int64_t>(ceil_div(4 * kSms, nout), 1, std::min<int64_t>(1024, std::max<int64_t>(1, nred / (T * V * 4))));
+    P = std::clamp<int64_t>(ceil_div(4 * kSms, nout), 1,
+                            std::min<int64_t>(1024, std::max<int64_t>(1, nred / (T * V * 4))));
   string part = P > 1 ? g.scratch(nout * P * 4) : "";
   kernel_builder kb;
   kb.name = pfx + (P > 1 ? "_reduce_part" : "_reduce");
@@ -1166,7 +1172,8 @@ void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
       << "  constexpr long long U = " << lit(nred / V) << ", PP = " << P << ";\n"
       << "  const I oi = blockIdx.x / PP, c = blockIdx.x % PP;\n"
       << "  const int tid = threadIdx.x;\n"
-      << "  const I r0 = (I)((long long)c * U / PP) * " << V << ", r1 = (I)((long long)(c + 1) * U / PP) * " << V << ";\n";
+      << "  const I r0 = (I)((long long)c * U / PP) * " << V
+      << ", r1 = (I)((long long)(c + 1) * U / PP) * " << V << ";\n";
   } else {
     o << row_header(T, nout) << "  const I oi = row, r0 = 0, r1 = " << lit(nred) << ";\n";
   }
@@ -1174,10 +1181,12 @@ void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
   if (V > 1 || contiguous) {
     o << "  for (I ri = r0 + (I)tid * " << V << "; ri < r1; ri += T * " << V << ") {\n"
       << "    float xs[" << V << "];\n    kld<" << V << ">(" << X << " + base + ri, xs);\n"
-      << "#pragma unroll\n    for (int u = 0; u < " << V << "; ++u) " << R << "::add(st, xs[u], ri + u);\n"
+      << "#pragma unroll\n    for (int u = 0; u < " << V << "; ++u) " << R
+      << "::add(st, xs[u], ri + u);\n"
       << "  }\n";
   } else {
-    o << "  for (I ri = r0 + (I)tid; ri < r1; ri += T) " << R << "::add(st, " << X << "[base + " << red_off("ri") << "], ri);\n";
+    o << "  for (I ri = r0 + (I)tid; ri < r1; ri += T) " << R << "::add(st, " << X << "[base + "
+      << red_off("ri") << "], ri);\n";
   }
   o << "  st = kreduce<" << R << ", T>(st, sh);\n";
   if (P > 1) {
@@ -1188,13 +1197,14 @@ void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
     fk.name = pfx + "_reduce";
     auto& f = fk.body;
     g.use(fk, part, false);
-    f << "  __shared__ rstate sh[32];\n" << row_header(T, nout)
-      << "  const I oi = row;\n"
+    f << "  __shared__ rstate sh[32];\n"
+      << row_header(T, nout) << "  const I oi = row;\n"
       << "  rstate st = " << R << "::init();\n"
       << "  const rstate* q = reinterpret_cast<const rstate*>(" << part << ") + oi * " << P << ";\n"
       << "  for (int c = tid; c < " << P << "; c += T) " << R << "::merge(st, q[c]);\n"
       << "  st = kreduce<" << R << ", T>(st, sh);\n"
-      << "  if (tid == 0)\n" << store(fk, "  ");
+      << "  if (tid == 0)\n"
+      << store(fk, "  ");
     g.launch(fk, ceil_div(nout, rows_per_block(T)), T * rows_per_block(T));
     return;
   }
@@ -1203,7 +1213,8 @@ void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
 }
 
 // ---- layout: permute / transpose as a gather per output element; others copy or alias ----
-void emit_layout(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info, const string& dst) {
+void emit_layout(gen& g, const group& grp, const string& pfx, const op_node& op,
+                 const op_info& info, const string& dst) {
   const shape_t& x = g.shape(op.args[0]);
   string src = g.sym_of(op.args[0]);
   int64_t n = std::max<int64_t>(1, numel(op.shape));
@@ -1239,13 +1250,16 @@ void emit_layout(gen& g, const group& grp, const string& pfx, const op_node& op,
     off += (off.empty() ? "" : " + ") + t + " * " + lit(in_stride[perm[d]]);
   }
   if (off.empty()) off = "0";
-  emit_driver(g, kb, dst, n, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256), [&](int64_t v) {
-    return "#pragma unroll\n      for (int l = 0; l < " + std::to_string(v) + "; ++l) {\n        const I q = i + l;\n        r[l] = " +
-           src + "[" + off + "];\n      }\n";
-  });
+  emit_driver(g, kb, dst, n, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256),
+              [&](int64_t v) {
+                return "#pragma unroll\n      for (int l = 0; l < " + std::to_string(v) +
+                       "; ++l) {\n        const I q = i + l;\n        r[l] = " + src + "[" + off +
+                       "];\n      }\n";
+              });
 }
 
-const char* kPrelude = R"(// generated by kiln codegen_cuda: fp32, shapes baked in, launched by the plan
+const char* kPrelude =
+    R"(// generated by kiln codegen_cuda: fp32, shapes baked in, launched by the plan
 __device__ __forceinline__ float kmax(float a, float b) { return a < b ? b : a; } // std::max
 __device__ __forceinline__ float kmin(float a, float b) { return b < a ? b : a; } // std::min
 // TF32: round to nearest (ties away) at a 10-bit mantissa, as the tensor cores see it.
@@ -1394,25 +1408,34 @@ template <int T> __device__ __forceinline__ float kscan(float x, float* sh, floa
 } // namespace
 
 expected<cuda_program> generate_cuda(const task& t, const program& p) {
-  if (t.type != dtype::float32) return error{string("cuda backend: dtype ") + to_string(t.type) + " not supported (float32 only)"};
+  if (t.type != dtype::float32)
+    return error{string("cuda backend: dtype ") + to_string(t.type) +
+                 " not supported (float32 only)"};
   if (auto st = check_program(p, t); !st) return st.err();
   gen g(t);
   for (const auto& name : t.outputs) {
     auto r = find_value(t, name);
-    if (r.k != value_ref::kind::op) return error{"cuda backend: output '" + name + "' is not an op result"};
+    if (r.k != value_ref::kind::op)
+      return error{"cuda backend: output '" + name + "' is not an op result"};
     g.is_output[r.index] = true;
   }
   for (std::size_t j = 0; j < t.ops.size(); ++j)
     for (const auto& a : t.ops[j].args) {
       auto r = find_value(t, a);
-      if (r.k == value_ref::kind::none) return error{"cuda backend: op '" + t.ops[j].op + "' reads unknown value '" + a + "'"};
+      if (r.k == value_ref::kind::none)
+        return error{"cuda backend: op '" + t.ops[j].op + "' reads unknown value '" + a + "'"};
       if (r.k == value_ref::kind::op && t.ops[r.index].is_index)
-        return error{"cuda backend: op '" + t.ops[j].op + "' reads the int64 result '" + a + "' (not supported)"};
+        return error{"cuda backend: op '" + t.ops[j].op + "' reads the int64 result '" + a +
+                     "' (not supported)"};
     }
   for (std::size_t i = 0; i < t.inputs.size(); ++i)
-    g.buffers["I" + std::to_string(i)] = {{buffer_kind::input, static_cast<int32_t>(i)}, std::max<int64_t>(1, numel(t.inputs[i].shape)), false};
+    g.buffers["I" + std::to_string(i)] = {{buffer_kind::input, static_cast<int32_t>(i)},
+                                          std::max<int64_t>(1, numel(t.inputs[i].shape)),
+                                          false};
   for (std::size_t i = 0; i < t.params.size(); ++i)
-    g.buffers["P" + std::to_string(i)] = {{buffer_kind::param, static_cast<int32_t>(i)}, std::max<int64_t>(1, numel(t.params[i].shape)), false};
+    g.buffers["P" + std::to_string(i)] = {{buffer_kind::param, static_cast<int32_t>(i)},
+                                          std::max<int64_t>(1, numel(t.params[i].shape)),
+                                          false};
   auto& plan = g.prog.plan;
   plan.num_inputs = static_cast<int32_t>(t.inputs.size());
   plan.num_params = static_cast<int32_t>(t.params.size());
@@ -1423,7 +1446,8 @@ expected<cuda_program> generate_cuda(const task& t, const program& p) {
     const op_node& op = t.ops[r.index];
     int64_t elems = std::max<int64_t>(1, numel(op.shape));
     plan.output_bytes.push_back(elems * (op.is_index ? 8 : 4));
-    first_slot[k] = static_cast<int>(std::find(t.outputs.begin(), t.outputs.end(), t.outputs[k]) - t.outputs.begin());
+    first_slot[k] = static_cast<int>(std::find(t.outputs.begin(), t.outputs.end(), t.outputs[k]) -
+                                     t.outputs.begin());
     if (first_slot[k] == static_cast<int>(k)) {
       string sym = "O" + std::to_string(k);
       g.buffers[sym] = {{buffer_kind::output, static_cast<int32_t>(k)}, elems, op.is_index};
@@ -1448,22 +1472,27 @@ expected<cuda_program> generate_cuda(const task& t, const program& p) {
       g.value_sym[last] = g.sym_of(anchor.args[0]);
       continue;
     }
-    if (g.value_sym[last].empty()) g.value_sym[last] = g.scratch(numel(t.ops[last].shape), t.ops[last].is_index);
+    if (g.value_sym[last].empty())
+      g.value_sym[last] = g.scratch(numel(t.ops[last].shape), t.ops[last].is_index);
     string dst = g.value_sym[last], pfx = "k" + std::to_string(gi);
     switch (grp.tmpl) {
-      case kernel_template::elementwise: emit_elementwise(g, grp, pfx + "_elementwise", dst); break;
-      case kernel_template::gemm: emit_gemm(g, grp, pfx, describe_gemm(g, anchor, info->family), dst); break;
-      case kernel_template::library: emit_library(g, grp, pfx, describe_gemm(g, anchor, info->family), dst); break;
-      case kernel_template::conv: emit_conv(g, grp, pfx, anchor, *info, dst); break;
-      case kernel_template::pool: emit_pool(g, grp, pfx, anchor, *info, dst); break;
-      case kernel_template::norm: emit_norm(g, grp, pfx, anchor, *info, dst); break;
-      case kernel_template::reduce:
-        if (info->family == op_family::softmax || info->family == op_family::cumsum)
-          emit_softmax_like(g, grp, pfx, anchor, *info, dst);
-        else
-          emit_reduce(g, grp, pfx, anchor, *info, dst);
-        break;
-      case kernel_template::layout: emit_layout(g, grp, pfx, anchor, *info, dst); break;
+    case kernel_template::elementwise: emit_elementwise(g, grp, pfx + "_elementwise", dst); break;
+    case kernel_template::gemm:
+      emit_gemm(g, grp, pfx, describe_gemm(g, anchor, info->family), dst);
+      break;
+    case kernel_template::library:
+      emit_library(g, grp, pfx, describe_gemm(g, anchor, info->family), dst);
+      break;
+    case kernel_template::conv: emit_conv(g, grp, pfx, anchor, *info, dst); break;
+    case kernel_template::pool: emit_pool(g, grp, pfx, anchor, *info, dst); break;
+    case kernel_template::norm: emit_norm(g, grp, pfx, anchor, *info, dst); break;
+    case kernel_template::reduce:
+      if (info->family == op_family::softmax || info->family == op_family::cumsum)
+        emit_softmax_like(g, grp, pfx, anchor, *info, dst);
+      else
+        emit_reduce(g, grp, pfx, anchor, *info, dst);
+      break;
+    case kernel_template::layout: emit_layout(g, grp, pfx, anchor, *info, dst); break;
     }
     if (!g.errors.empty()) return error{g.errors.front()};
   }
@@ -1474,7 +1503,8 @@ expected<cuda_program> generate_cuda(const task& t, const program& p) {
     string sym = "O" + std::to_string(k);
     const op_node& op = t.ops[r.index];
     int64_t elems = std::max<int64_t>(1, numel(op.shape));
-    g.buffers[sym] = {{buffer_kind::output, static_cast<int32_t>(k)}, elems * (op.is_index ? 2 : 1), false};
+    g.buffers[sym] = {
+        {buffer_kind::output, static_cast<int32_t>(k)}, elems * (op.is_index ? 2 : 1), false};
     // int64 values copy as pairs of 32-bit words: the float path moves bits unchanged.
     string src = g.value_sym[r.index];
     if (op.is_index) {

@@ -9,9 +9,9 @@
 //
 // Knobs, as generated (unsafe values fail for real, but never write out of bounds):
 //   block / threads    threads per block; threads 32 = one warp per row, several rows per block
-//   vec                float2 / float4 accesses (8 = two float4) where the extent divides, else scalar
-//   unroll             units per thread per grid-stride step (elementwise), taps unrolled (conv)
-//   bounds 0           vector tails and ragged tiles are dropped: outputs left unwritten
+//   vec                float2 / float4 accesses (8 = two float4) where the extent divides, else
+//   scalar unroll             units per thread per grid-stride step (elementwise), taps unrolled
+//   (conv) bounds 0           vector tails and ragged tiles are dropped: outputs left unwritten
 //   stage              gemm: tiles through dynamic shared memory (else straight from global)
 //   split_k            gemm: partial sums per slice into scratch, added in order by a second kernel
 //   precision          tf32 rounds gemm / conv operands (cvt.rna.tf32); fp16 accumulates in half
@@ -28,7 +28,7 @@
 namespace kiln {
 
 struct cuda_program {
-  std::string source;     // one translation unit for NVRTC
+  std::string source; // one translation unit for NVRTC
   launch_plan plan;
   bool fast_math = false; // every precision knob of the program asks for reduced precision
 };

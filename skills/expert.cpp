@@ -19,20 +19,21 @@ int64_t pow2_at_least(int64_t x, int64_t lo, int64_t hi) {
 
 // Length of the rows a reduction or norm anchor works on (the reduced extent).
 int64_t row_length(const task& t, const op_node& op) {
-  const shape_t& in = value_shape(t, find_value(t, op.args[0]));
+  const value_ref arg = find_value(t, op.args[0]);
+  const shape_t& in = value_shape(t, arg);
   int64_t total = numel(in), out = std::max<int64_t>(1, numel(op.shape));
   const op_info* info = find_op(op.op);
   switch (info->family) {
-    case op_family::softmax:
-    case op_family::cumsum: {
-      int64_t d = attr_int(op.attrs, "dim", -1);
-      normalize_dim(d, in.size());
-      return in.empty() ? 1 : in[d];
-    }
-    case op_family::batch_norm: return in.empty() ? 1 : total / in[1];
-    case op_family::group_norm: return total / (in[0] * attr_int(op.attrs, "num_groups", 1));
-    case op_family::instance_norm: return total / (in[0] * in[1]);
-    default: return std::max<int64_t>(1, total / out);
+  case op_family::softmax:
+  case op_family::cumsum: {
+    int64_t d = attr_int(op.attrs, "dim", -1);
+    normalize_dim(d, in.size());
+    return in.empty() ? 1 : in[d];
+  }
+  case op_family::batch_norm: return in.empty() ? 1 : total / in[1];
+  case op_family::group_norm: return total / (in[0] * attr_int(op.attrs, "num_groups", 1));
+  case op_family::instance_norm: return total / (in[0] * in[1]);
+  default: return std::max<int64_t>(1, total / out);
   }
 }
 
@@ -61,30 +62,36 @@ program expert_program(const task& t, backend_kind backend) {
     if (std::find(fits.begin(), fits.end(), kernel_template::library) != fits.end())
       g.tmpl = kernel_template::library;
     switch (g.tmpl) {
-      case kernel_template::elementwise:
-      case kernel_template::layout:
-      case kernel_template::pool:
-        g.knobs = {{knob::block, 256}, {knob::vec, g.tmpl == kernel_template::pool ? 1 : vec_for(inner)},
-                   {knob::unroll, 1}, {knob::bounds, 1}};
-        break;
-      case kernel_template::library:
-        g.knobs = {{knob::precision, precision}, {knob::block, 256}, {knob::vec, vec_for(inner)}};
-        break;
-      case kernel_template::gemm:
-        g.knobs = {{knob::tile_m, 64}, {knob::tile_n, 64}, {knob::tile_k, 16}, {knob::split_k, 1},
-                   {knob::precision, precision}, {knob::stage, 1}, {knob::bounds, 1}};
-        break;
-      case kernel_template::conv:
-        g.knobs = {{knob::tile_m, 16}, {knob::tile_n, 16}, {knob::unroll, 1},
-                   {knob::precision, precision}, {knob::bounds, 1}};
-        break;
-      case kernel_template::norm:
-      case kernel_template::reduce: {
-        int64_t row = row_length(t, anchor);
-        int64_t threads = backend == backend_kind::cuda ? pow2_at_least(row / 8, 32, 1024) : 32;
-        g.knobs = {{knob::threads, threads}, {knob::vec, 1}, {knob::onepass, 0}};
-        break;
-      }
+    case kernel_template::elementwise:
+    case kernel_template::layout:
+    case kernel_template::pool:
+      g.knobs = {{knob::block, 256},
+                 {knob::vec, g.tmpl == kernel_template::pool ? 1 : vec_for(inner)},
+                 {knob::unroll, 1},
+                 {knob::bounds, 1}};
+      break;
+    case kernel_template::library:
+      g.knobs = {{knob::precision, precision}, {knob::block, 256}, {knob::vec, vec_for(inner)}};
+      break;
+    case kernel_template::gemm:
+      g.knobs = {{knob::tile_m, 64}, {knob::tile_n, 64},           {knob::tile_k, 16},
+                 {knob::split_k, 1}, {knob::precision, precision}, {knob::stage, 1},
+                 {knob::bounds, 1}};
+      break;
+    case kernel_template::conv:
+      g.knobs = {{knob::tile_m, 16},
+                 {knob::tile_n, 16},
+                 {knob::unroll, 1},
+                 {knob::precision, precision},
+                 {knob::bounds, 1}};
+      break;
+    case kernel_template::norm:
+    case kernel_template::reduce: {
+      int64_t row = row_length(t, anchor);
+      int64_t threads = backend == backend_kind::cuda ? pow2_at_least(row / 8, 32, 1024) : 32;
+      g.knobs = {{knob::threads, threads}, {knob::vec, 1}, {knob::onepass, 0}};
+      break;
+    }
     }
     p.groups.push_back(canonical(program{{g}}).groups.front());
     i += n;

@@ -30,31 +30,31 @@ bool is_elementwise(op_family f) { return f == op_family::unary || f == op_famil
 
 std::vector<kernel_template> anchor_templates(op_family f) {
   switch (f) {
-    case op_family::unary:
-    case op_family::binary: return {kernel_template::elementwise};
-    case op_family::linear:
-    case op_family::matmul:
-    case op_family::bmm: return {kernel_template::gemm, kernel_template::library};
-    case op_family::conv:
-    case op_family::conv_transpose: return {kernel_template::conv};
-    case op_family::max_pool:
-    case op_family::avg_pool:
-    case op_family::adaptive_avg_pool: return {kernel_template::pool};
-    case op_family::batch_norm:
-    case op_family::group_norm:
-    case op_family::layer_norm:
-    case op_family::instance_norm:
-    case op_family::rms_norm: return {kernel_template::norm};
-    case op_family::softmax:
-    case op_family::logsumexp:
-    case op_family::reduce:
-    case op_family::arg_reduce:
-    case op_family::cumsum: return {kernel_template::reduce};
-    case op_family::reshape:
-    case op_family::permute:
-    case op_family::transpose:
-    case op_family::flatten:
-    case op_family::dropout: return {kernel_template::layout};
+  case op_family::unary:
+  case op_family::binary: return {kernel_template::elementwise};
+  case op_family::linear:
+  case op_family::matmul:
+  case op_family::bmm: return {kernel_template::gemm, kernel_template::library};
+  case op_family::conv:
+  case op_family::conv_transpose: return {kernel_template::conv};
+  case op_family::max_pool:
+  case op_family::avg_pool:
+  case op_family::adaptive_avg_pool: return {kernel_template::pool};
+  case op_family::batch_norm:
+  case op_family::group_norm:
+  case op_family::layer_norm:
+  case op_family::instance_norm:
+  case op_family::rms_norm: return {kernel_template::norm};
+  case op_family::softmax:
+  case op_family::logsumexp:
+  case op_family::reduce:
+  case op_family::arg_reduce:
+  case op_family::cumsum: return {kernel_template::reduce};
+  case op_family::reshape:
+  case op_family::permute:
+  case op_family::transpose:
+  case op_family::flatten:
+  case op_family::dropout: return {kernel_template::layout};
   }
   return {};
 }
@@ -88,51 +88,53 @@ int token_id(const std::string& word) {
 
 const std::vector<knob>& template_knobs(kernel_template t) {
   static const std::map<kernel_template, std::vector<knob>> knobs = {
-    {kernel_template::elementwise, {knob::block, knob::vec, knob::unroll, knob::bounds}},
-    {kernel_template::gemm,
-     {knob::tile_m, knob::tile_n, knob::tile_k, knob::split_k, knob::precision, knob::stage, knob::bounds}},
-    {kernel_template::library, {knob::precision, knob::block, knob::vec}},
-    {kernel_template::conv, {knob::tile_m, knob::tile_n, knob::unroll, knob::precision, knob::bounds}},
-    {kernel_template::pool, {knob::block, knob::vec, knob::bounds}},
-    {kernel_template::norm, {knob::threads, knob::vec, knob::onepass}},
-    {kernel_template::reduce, {knob::threads, knob::vec}},
-    {kernel_template::layout, {knob::block, knob::vec}},
+      {kernel_template::elementwise, {knob::block, knob::vec, knob::unroll, knob::bounds}},
+      {kernel_template::gemm,
+       {knob::tile_m, knob::tile_n, knob::tile_k, knob::split_k, knob::precision, knob::stage,
+        knob::bounds}},
+      {kernel_template::library, {knob::precision, knob::block, knob::vec}},
+      {kernel_template::conv,
+       {knob::tile_m, knob::tile_n, knob::unroll, knob::precision, knob::bounds}},
+      {kernel_template::pool, {knob::block, knob::vec, knob::bounds}},
+      {kernel_template::norm, {knob::threads, knob::vec, knob::onepass}},
+      {kernel_template::reduce, {knob::threads, knob::vec}},
+      {kernel_template::layout, {knob::block, knob::vec}},
   };
   return knobs.at(t);
 }
 
 const std::vector<int64_t>& knob_values(knob k) {
   static const std::map<knob, std::vector<int64_t>> values = {
-    {knob::block, {64, 128, 256, 512, 1024}},
-    {knob::vec, {1, 2, 4, 8}},
-    {knob::unroll, {1, 2, 4, 8}},
-    {knob::tile_m, {8, 16, 32, 64, 128}},
-    {knob::tile_n, {8, 16, 32, 64, 128}},
-    {knob::tile_k, {8, 16, 32, 64}},
-    {knob::split_k, {1, 2, 4, 8}},
-    {knob::threads, {32, 64, 128, 256, 512, 1024}},
-    {knob::precision, {0, 1, 2}},
-    {knob::stage, {0, 1}},
-    {knob::bounds, {0, 1}},
-    {knob::onepass, {0, 1}},
+      {knob::block, {64, 128, 256, 512, 1024}},
+      {knob::vec, {1, 2, 4, 8}},
+      {knob::unroll, {1, 2, 4, 8}},
+      {knob::tile_m, {8, 16, 32, 64, 128}},
+      {knob::tile_n, {8, 16, 32, 64, 128}},
+      {knob::tile_k, {8, 16, 32, 64}},
+      {knob::split_k, {1, 2, 4, 8}},
+      {knob::threads, {32, 64, 128, 256, 512, 1024}},
+      {knob::precision, {0, 1, 2}},
+      {knob::stage, {0, 1}},
+      {knob::bounds, {0, 1}},
+      {knob::onepass, {0, 1}},
   };
   return values.at(k);
 }
 
 int64_t knob_default(knob k) {
   switch (k) {
-    case knob::block: return 256;
-    case knob::vec: return 1;
-    case knob::unroll: return 1;
-    case knob::tile_m: return 32;
-    case knob::tile_n: return 32;
-    case knob::tile_k: return 16;
-    case knob::split_k: return 1;
-    case knob::threads: return 128;
-    case knob::precision: return 0;
-    case knob::stage: return 0;
-    case knob::bounds: return 1;
-    case knob::onepass: return 0;
+  case knob::block: return 256;
+  case knob::vec: return 1;
+  case knob::unroll: return 1;
+  case knob::tile_m: return 32;
+  case knob::tile_n: return 32;
+  case knob::tile_k: return 16;
+  case knob::split_k: return 1;
+  case knob::threads: return 128;
+  case knob::precision: return 0;
+  case knob::stage: return 0;
+  case knob::bounds: return 1;
+  case knob::onepass: return 0;
   }
   return 0;
 }
@@ -152,8 +154,10 @@ std::vector<kernel_template> fitting_templates(const task& t, int64_t first, int
     for (const auto& a : op.args) {
       auto r = find_value(t, a);
       if (r.k != value_ref::kind::op) continue;
-      if (static_cast<int64_t>(r.index) == j - 1) chained = true;
-      else if (static_cast<int64_t>(r.index) >= first) return {}; // reads a non-adjacent group value
+      if (static_cast<int64_t>(r.index) == j - 1)
+        chained = true;
+      else if (static_cast<int64_t>(r.index) >= first)
+        return {}; // reads a non-adjacent group value
     }
     if (!chained) return {};
   }
@@ -177,22 +181,26 @@ status check_program(const program& p, const task& t) {
     auto fits = fitting_templates(t, grp.first_op, grp.num_ops);
     if (fits.empty())
       return error{at + ": ops " + std::to_string(grp.first_op) + ".." +
-                   std::to_string(grp.first_op + grp.num_ops - 1) + " cannot be fused into one kernel"};
+                   std::to_string(grp.first_op + grp.num_ops - 1) +
+                   " cannot be fused into one kernel"};
     if (std::find(fits.begin(), fits.end(), grp.tmpl) == fits.end())
       return error{at + ": template " + std::string(to_string(grp.tmpl)) + " does not fit op '" +
                    t.ops[grp.first_op].op + "'"};
     const auto& allowed = template_knobs(grp.tmpl);
     for (const auto& s : grp.knobs) {
       if (std::find(allowed.begin(), allowed.end(), s.k) == allowed.end())
-        return error{at + ": knob " + std::string(to_string(s.k)) + " does not apply to template " + to_string(grp.tmpl)};
+        return error{at + ": knob " + std::string(to_string(s.k)) + " does not apply to template " +
+                     to_string(grp.tmpl)};
       const auto& vals = knob_values(s.k);
       if (std::find(vals.begin(), vals.end(), s.value) == vals.end())
-        return error{at + ": knob " + std::string(to_string(s.k)) + " has no value " + std::to_string(s.value)};
+        return error{at + ": knob " + std::string(to_string(s.k)) + " has no value " +
+                     std::to_string(s.value)};
     }
     next += grp.num_ops;
   }
   if (next != static_cast<int64_t>(t.ops.size()))
-    return error{"program: covers " + std::to_string(next) + " of " + std::to_string(t.ops.size()) + " ops"};
+    return error{"program: covers " + std::to_string(next) + " of " + std::to_string(t.ops.size()) +
+                 " ops"};
   return ok();
 }
 
@@ -232,27 +240,29 @@ std::vector<int> grammar::valid_next(const std::vector<int>& prefix) const {
   auto options = [&](const cursor& cur) {
     std::vector<int> ids;
     switch (cur.state) {
-      case cursor::expect::kernel_or_end:
-        ids.push_back(token_id(cur.next_op < total ? "kernel" : "end"));
-        break;
-      case cursor::expect::ops: ids.push_back(token_id("ops")); break;
-      case cursor::expect::count:
-        for (int64_t n = 1; n <= std::min(max_group_ops, total - cur.next_op); ++n)
-          if (!fitting_templates(task_, cur.next_op, n).empty()) ids.push_back(token_id(std::to_string(n)));
-        break;
-      case cursor::expect::tmpl:
-        for (auto tm : fitting_templates(task_, cur.first, cur.count)) ids.push_back(token_id(to_string(tm)));
-        break;
-      case cursor::expect::knob_name:
-        ids.push_back(token_id(to_string(template_knobs(cur.tmpl)[cur.knob_index])));
-        break;
-      case cursor::expect::knob_value: {
-        knob k = template_knobs(cur.tmpl)[cur.knob_index];
-        for (auto v : knob_values(k)) ids.push_back(token_id(knob_value_word(k, v)));
-        break;
-      }
-      case cursor::expect::done:
-      case cursor::expect::invalid: break;
+    case cursor::expect::kernel_or_end:
+      ids.push_back(token_id(cur.next_op < total ? "kernel" : "end"));
+      break;
+    case cursor::expect::ops: ids.push_back(token_id("ops")); break;
+    case cursor::expect::count:
+      for (int64_t n = 1; n <= std::min(max_group_ops, total - cur.next_op); ++n)
+        if (!fitting_templates(task_, cur.next_op, n).empty())
+          ids.push_back(token_id(std::to_string(n)));
+      break;
+    case cursor::expect::tmpl:
+      for (auto tm : fitting_templates(task_, cur.first, cur.count))
+        ids.push_back(token_id(to_string(tm)));
+      break;
+    case cursor::expect::knob_name:
+      ids.push_back(token_id(to_string(template_knobs(cur.tmpl)[cur.knob_index])));
+      break;
+    case cursor::expect::knob_value: {
+      knob k = template_knobs(cur.tmpl)[cur.knob_index];
+      for (auto v : knob_values(k)) ids.push_back(token_id(knob_value_word(k, v)));
+      break;
+    }
+    case cursor::expect::done:
+    case cursor::expect::invalid: break;
     }
     return ids;
   };
@@ -261,33 +271,34 @@ std::vector<int> grammar::valid_next(const std::vector<int>& prefix) const {
     if (std::find(allowed.begin(), allowed.end(), tok) == allowed.end()) return {};
     const std::string& w = vocab[tok];
     switch (c.state) {
-      case cursor::expect::kernel_or_end:
-        c.state = w == "end" ? cursor::expect::done : cursor::expect::ops;
-        break;
-      case cursor::expect::ops: c.state = cursor::expect::count; break;
-      case cursor::expect::count:
-        c.first = c.next_op;
-        c.count = std::stoll(w);
-        c.state = cursor::expect::tmpl;
-        break;
-      case cursor::expect::tmpl:
-        for (auto tm : all_templates())
-          if (w == to_string(tm)) c.tmpl = tm;
-        c.knob_index = 0;
-        c.state = template_knobs(c.tmpl).empty() ? cursor::expect::kernel_or_end : cursor::expect::knob_name;
-        if (c.state == cursor::expect::kernel_or_end) c.next_op += c.count;
-        break;
-      case cursor::expect::knob_name: c.state = cursor::expect::knob_value; break;
-      case cursor::expect::knob_value:
-        if (++c.knob_index < template_knobs(c.tmpl).size()) {
-          c.state = cursor::expect::knob_name;
-        } else {
-          c.next_op += c.count;
-          c.state = cursor::expect::kernel_or_end;
-        }
-        break;
-      case cursor::expect::done:
-      case cursor::expect::invalid: return {};
+    case cursor::expect::kernel_or_end:
+      c.state = w == "end" ? cursor::expect::done : cursor::expect::ops;
+      break;
+    case cursor::expect::ops: c.state = cursor::expect::count; break;
+    case cursor::expect::count:
+      c.first = c.next_op;
+      c.count = std::stoll(w);
+      c.state = cursor::expect::tmpl;
+      break;
+    case cursor::expect::tmpl:
+      for (auto tm : all_templates())
+        if (w == to_string(tm)) c.tmpl = tm;
+      c.knob_index = 0;
+      c.state = template_knobs(c.tmpl).empty() ? cursor::expect::kernel_or_end
+                                               : cursor::expect::knob_name;
+      if (c.state == cursor::expect::kernel_or_end) c.next_op += c.count;
+      break;
+    case cursor::expect::knob_name: c.state = cursor::expect::knob_value; break;
+    case cursor::expect::knob_value:
+      if (++c.knob_index < template_knobs(c.tmpl).size()) {
+        c.state = cursor::expect::knob_name;
+      } else {
+        c.next_op += c.count;
+        c.state = cursor::expect::kernel_or_end;
+      }
+      break;
+    case cursor::expect::done:
+    case cursor::expect::invalid: return {};
     }
   }
   return options(c);

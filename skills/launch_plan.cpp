@@ -12,9 +12,9 @@ using json = nlohmann::json;
 
 const char* access_word(access a) {
   switch (a) {
-    case access::read: return "read";
-    case access::write: return "write";
-    case access::read_write: return "read_write";
+  case access::read: return "read";
+  case access::write: return "write";
+  case access::read_write: return "read_write";
   }
   return "?";
 }
@@ -43,11 +43,16 @@ buffer_ref ref_from(const json& j, const std::string& at) {
   buffer_ref r;
   const json& k = field(j, "kind", at);
   std::string w = k.is_string() ? k.get<std::string>() : "";
-  if (w == "input") r.kind = buffer_kind::input;
-  else if (w == "param") r.kind = buffer_kind::param;
-  else if (w == "output") r.kind = buffer_kind::output;
-  else if (w == "scratch") r.kind = buffer_kind::scratch;
-  else throw bad_field{at + ".kind: unknown buffer kind '" + w + "'"};
+  if (w == "input")
+    r.kind = buffer_kind::input;
+  else if (w == "param")
+    r.kind = buffer_kind::param;
+  else if (w == "output")
+    r.kind = buffer_kind::output;
+  else if (w == "scratch")
+    r.kind = buffer_kind::scratch;
+  else
+    throw bad_field{at + ".kind: unknown buffer kind '" + w + "'"};
   r.index = static_cast<int32_t>(int_field(j, "index", at));
   return r;
 }
@@ -57,7 +62,8 @@ dim3_t dims_from(const json& j, const std::string& at) {
   dim3_t d;
   uint32_t* p[3] = {&d.x, &d.y, &d.z};
   for (int i = 0; i < 3; ++i) {
-    if (!j[i].is_number_unsigned() && !j[i].is_number_integer()) throw bad_field{at + ": expected integers"};
+    if (!j[i].is_number_unsigned() && !j[i].is_number_integer())
+      throw bad_field{at + ": expected integers"};
     int64_t v = j[i].get<int64_t>();
     if (v < 1 || v > 0xffffffffLL) throw bad_field{at + ": dimension out of range"};
     *p[i] = static_cast<uint32_t>(v);
@@ -67,10 +73,10 @@ dim3_t dims_from(const json& j, const std::string& at) {
 
 int32_t count_of(const launch_plan& p, buffer_kind k) {
   switch (k) {
-    case buffer_kind::input: return p.num_inputs;
-    case buffer_kind::param: return p.num_params;
-    case buffer_kind::output: return p.num_outputs;
-    case buffer_kind::scratch: return static_cast<int32_t>(p.scratch_bytes.size());
+  case buffer_kind::input: return p.num_inputs;
+  case buffer_kind::param: return p.num_params;
+  case buffer_kind::output: return p.num_outputs;
+  case buffer_kind::scratch: return static_cast<int32_t>(p.scratch_bytes.size());
   }
   return 0;
 }
@@ -79,26 +85,29 @@ int32_t count_of(const launch_plan& p, buffer_kind k) {
 
 const char* to_string(buffer_kind k) {
   switch (k) {
-    case buffer_kind::input: return "input";
-    case buffer_kind::param: return "param";
-    case buffer_kind::output: return "output";
-    case buffer_kind::scratch: return "scratch";
+  case buffer_kind::input: return "input";
+  case buffer_kind::param: return "param";
+  case buffer_kind::output: return "output";
+  case buffer_kind::scratch: return "scratch";
   }
   return "?";
 }
 
 const char* to_string(gemm_precision p) {
   switch (p) {
-    case gemm_precision::fp32: return "fp32";
-    case gemm_precision::tf32: return "tf32";
-    case gemm_precision::fp16_accumulate: return "fp16_accumulate";
+  case gemm_precision::fp32: return "fp32";
+  case gemm_precision::tf32: return "tf32";
+  case gemm_precision::fp16_accumulate: return "fp16_accumulate";
   }
   return "?";
 }
 
 status check_plan(const launch_plan& p, const plan_limits& lim) {
-  std::vector<bool> out_written(p.num_outputs, false), scratch_written(p.scratch_bytes.size(), false);
-  auto in_range = [&](const buffer_ref& r) { return r.index >= 0 && r.index < count_of(p, r.kind); };
+  std::vector<bool> out_written(p.num_outputs, false),
+      scratch_written(p.scratch_bytes.size(), false);
+  auto in_range = [&](const buffer_ref& r) {
+    return r.index >= 0 && r.index < count_of(p, r.kind);
+  };
   auto use = [&](const buffer_ref& r, access a, const std::string& at) -> status {
     if (!in_range(r))
       return error{at + ": " + to_string(r.kind) + " " + std::to_string(r.index) + " out of range"};
@@ -106,14 +115,15 @@ status check_plan(const launch_plan& p, const plan_limits& lim) {
     if ((r.kind == buffer_kind::input || r.kind == buffer_kind::param) && writes)
       return error{at + ": writes " + to_string(r.kind) + " " + std::to_string(r.index)};
     if (r.kind == buffer_kind::scratch && a != access::write && !scratch_written[r.index])
-      return error{at + ": reads scratch " + std::to_string(r.index) + " before any step writes it"};
+      return error{at + ": reads scratch " + std::to_string(r.index) +
+                   " before any step writes it"};
     if (writes && r.kind == buffer_kind::output) out_written[r.index] = true;
     if (writes && r.kind == buffer_kind::scratch) scratch_written[r.index] = true;
     return ok();
   };
   if (static_cast<int32_t>(p.output_bytes.size()) != p.num_outputs)
-    return error{"plan: output_bytes has " + std::to_string(p.output_bytes.size()) + " entries for " +
-                 std::to_string(p.num_outputs) + " outputs"};
+    return error{"plan: output_bytes has " + std::to_string(p.output_bytes.size()) +
+                 " entries for " + std::to_string(p.num_outputs) + " outputs"};
   for (auto b : p.scratch_bytes)
     if (b < 1) return error{"plan: a scratch buffer has " + std::to_string(b) + " bytes"};
   for (std::size_t s = 0; s < p.steps.size(); ++s) {
@@ -121,12 +131,14 @@ status check_plan(const launch_plan& p, const plan_limits& lim) {
     std::string at = "plan: step " + std::to_string(s);
     if (st.k == plan_step::kind::gemm) {
       const auto& g = st.gemm;
-      if (g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1) return error{at + ": gemm with an empty extent"};
+      if (g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1)
+        return error{at + ": gemm with an empty extent"};
       if (g.lda < (g.trans_a ? g.m : g.k) || g.ldb < (g.trans_b ? g.k : g.n) || g.ldc < g.n)
         return error{at + ": gemm leading dimension smaller than its row"};
       for (auto [r, a] : {std::pair{g.a, access::read}, {g.b, access::read}})
         if (auto u = use(r, a, at + " gemm A/B"); !u) return u;
-      if (auto u = use(g.c, g.beta == 0.f ? access::write : access::read_write, at + " gemm C"); !u) return u;
+      if (auto u = use(g.c, g.beta == 0.f ? access::write : access::read_write, at + " gemm C"); !u)
+        return u;
       continue;
     }
     const auto& k = st.kernel;
@@ -134,8 +146,10 @@ status check_plan(const launch_plan& p, const plan_limits& lim) {
     if (k.kernel.empty()) return error{at + ": kernel without a name"};
     if (k.block.count() > lim.max_threads_per_block || k.block.x > lim.max_block_xy ||
         k.block.y > lim.max_block_xy || k.block.z > lim.max_block_z)
-      return error{at + ": block of " + std::to_string(k.block.count()) + " threads exceeds the limits"};
-    if (k.grid.count() < 1 || k.grid.x > lim.max_grid_x || k.grid.y > lim.max_grid_yz || k.grid.z > lim.max_grid_yz)
+      return error{at + ": block of " + std::to_string(k.block.count()) +
+                   " threads exceeds the limits"};
+    if (k.grid.count() < 1 || k.grid.x > lim.max_grid_x || k.grid.y > lim.max_grid_yz ||
+        k.grid.z > lim.max_grid_yz)
       return error{at + ": grid exceeds the limits"};
     if (k.shared_bytes > lim.max_shared_bytes)
       return error{at + ": " + std::to_string(k.shared_bytes) + " bytes of dynamic shared memory"};
@@ -159,11 +173,24 @@ std::string to_json(const launch_plan& p) {
     if (s.k == plan_step::kind::gemm) {
       const auto& g = s.gemm;
       steps.push_back({{"gemm",
-                        {{"m", g.m}, {"n", g.n}, {"k", g.k}, {"batch", g.batch}, {"trans_a", g.trans_a},
-                         {"trans_b", g.trans_b}, {"lda", g.lda}, {"ldb", g.ldb}, {"ldc", g.ldc},
-                         {"stride_a", g.stride_a}, {"stride_b", g.stride_b}, {"stride_c", g.stride_c},
-                         {"a", ref_json(g.a)}, {"b", ref_json(g.b)}, {"c", ref_json(g.c)}, {"alpha", g.alpha},
-                         {"beta", g.beta}, {"precision", to_string(g.precision)}}}});
+                        {{"m", g.m},
+                         {"n", g.n},
+                         {"k", g.k},
+                         {"batch", g.batch},
+                         {"trans_a", g.trans_a},
+                         {"trans_b", g.trans_b},
+                         {"lda", g.lda},
+                         {"ldb", g.ldb},
+                         {"ldc", g.ldc},
+                         {"stride_a", g.stride_a},
+                         {"stride_b", g.stride_b},
+                         {"stride_c", g.stride_c},
+                         {"a", ref_json(g.a)},
+                         {"b", ref_json(g.b)},
+                         {"c", ref_json(g.c)},
+                         {"alpha", g.alpha},
+                         {"beta", g.beta},
+                         {"precision", to_string(g.precision)}}}});
       continue;
     }
     const auto& k = s.kernel;
@@ -177,11 +204,18 @@ std::string to_json(const launch_plan& p) {
         args.push_back({{"f32", a.f32}});
     }
     steps.push_back({{"kernel",
-                      {{"name", k.kernel}, {"grid", dims_json(k.grid)}, {"block", dims_json(k.block)},
-                       {"shared_bytes", k.shared_bytes}, {"args", args}}}});
+                      {{"name", k.kernel},
+                       {"grid", dims_json(k.grid)},
+                       {"block", dims_json(k.block)},
+                       {"shared_bytes", k.shared_bytes},
+                       {"args", args}}}});
   }
-  json j{{"version", p.version},         {"num_inputs", p.num_inputs},       {"num_params", p.num_params},
-         {"num_outputs", p.num_outputs}, {"output_bytes", p.output_bytes},   {"scratch_bytes", p.scratch_bytes},
+  json j{{"version", p.version},
+         {"num_inputs", p.num_inputs},
+         {"num_params", p.num_params},
+         {"num_outputs", p.num_outputs},
+         {"output_bytes", p.output_bytes},
+         {"scratch_bytes", p.scratch_bytes},
          {"steps", steps}};
   return j.dump();
 }
@@ -192,20 +226,22 @@ expected<launch_plan> plan_from_json(const std::string& text) {
   try {
     launch_plan p;
     p.version = static_cast<int32_t>(int_field(j, "version", "plan"));
-    if (p.version != 1) return error{"plan.version: " + std::to_string(p.version) + " is not supported"};
+    if (p.version != 1)
+      return error{"plan.version: " + std::to_string(p.version) + " is not supported"};
     p.num_inputs = static_cast<int32_t>(int_field(j, "num_inputs", "plan"));
     p.num_params = static_cast<int32_t>(int_field(j, "num_params", "plan"));
     p.num_outputs = static_cast<int32_t>(int_field(j, "num_outputs", "plan"));
     for (const char* key : {"output_bytes", "scratch_bytes"}) {
-      const json& a = field(j, key, "plan");
+      const json a = field(j, key, "plan"); // a copy: field() takes temporaries
       if (!a.is_array()) throw bad_field{std::string("plan.") + key + ": expected an array"};
       auto& dst = std::string(key) == "output_bytes" ? p.output_bytes : p.scratch_bytes;
       for (const auto& v : a) {
-        if (!v.is_number_integer()) throw bad_field{std::string("plan.") + key + ": expected integers"};
+        if (!v.is_number_integer())
+          throw bad_field{std::string("plan.") + key + ": expected integers"};
         dst.push_back(v.get<int64_t>());
       }
     }
-    const json& steps = field(j, "steps", "plan");
+    const json steps = field(j, "steps", "plan");
     if (!steps.is_array()) throw bad_field{"plan.steps: expected an array"};
     for (std::size_t i = 0; i < steps.size(); ++i) {
       std::string at = "plan.steps[" + std::to_string(i) + "]";
@@ -218,7 +254,8 @@ expected<launch_plan> plan_from_json(const std::string& text) {
         auto& o = st.gemm;
         o.m = int_field(g, "m", at), o.n = int_field(g, "n", at), o.k = int_field(g, "k", at);
         o.batch = int_field(g, "batch", at);
-        o.lda = int_field(g, "lda", at), o.ldb = int_field(g, "ldb", at), o.ldc = int_field(g, "ldc", at);
+        o.lda = int_field(g, "lda", at), o.ldb = int_field(g, "ldb", at),
+        o.ldc = int_field(g, "ldc", at);
         o.stride_a = int_field(g, "stride_a", at), o.stride_b = int_field(g, "stride_b", at);
         o.stride_c = int_field(g, "stride_c", at);
         for (auto [key, dst] : {std::pair{"trans_a", &o.trans_a}, {"trans_b", &o.trans_b}}) {
@@ -236,10 +273,14 @@ expected<launch_plan> plan_from_json(const std::string& text) {
         }
         const json& pr = field(g, "precision", at);
         std::string w = pr.is_string() ? pr.get<std::string>() : "";
-        if (w == "fp32") o.precision = gemm_precision::fp32;
-        else if (w == "tf32") o.precision = gemm_precision::tf32;
-        else if (w == "fp16_accumulate") o.precision = gemm_precision::fp16_accumulate;
-        else throw bad_field{at + ".precision: unknown precision '" + w + "'"};
+        if (w == "fp32")
+          o.precision = gemm_precision::fp32;
+        else if (w == "tf32")
+          o.precision = gemm_precision::tf32;
+        else if (w == "fp16_accumulate")
+          o.precision = gemm_precision::fp16_accumulate;
+        else
+          throw bad_field{at + ".precision: unknown precision '" + w + "'"};
       } else {
         const json& k = field(s, "kernel", at);
         at += ".kernel";
@@ -262,10 +303,14 @@ expected<launch_plan> plan_from_json(const std::string& text) {
             arg.buffer = ref_from(x.at("buffer"), aat + ".buffer");
             const json& m = field(x, "access", aat);
             std::string w = m.is_string() ? m.get<std::string>() : "";
-            if (w == "read") arg.mode = access::read;
-            else if (w == "write") arg.mode = access::write;
-            else if (w == "read_write") arg.mode = access::read_write;
-            else throw bad_field{aat + ".access: unknown access '" + w + "'"};
+            if (w == "read")
+              arg.mode = access::read;
+            else if (w == "write")
+              arg.mode = access::write;
+            else if (w == "read_write")
+              arg.mode = access::read_write;
+            else
+              throw bad_field{aat + ".access: unknown access '" + w + "'"};
           } else if (x.is_object() && x.contains("i64")) {
             arg.k = kernel_arg::kind::i64;
             arg.i64 = int_field(x, "i64", aat);

@@ -1,7 +1,8 @@
 // How to run a generated cuda program, as data: the executor allocates the scratch buffers, then
 // walks the steps in order on one stream (kernel launches and library GEMMs), so it needs no
 // per-kernel host code. Plain structs with a JSON form that travels to the executor process.
-//   generate_cuda --launch_plan--> to_json --wire--> plan_from_json --> executor: cuLaunchKernel / cuBLASLt
+//   generate_cuda --launch_plan--> to_json --wire--> plan_from_json --> executor: cuLaunchKernel /
+//   cuBLASLt
 #pragma once
 
 #include "data/expected.hpp"

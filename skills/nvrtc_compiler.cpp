@@ -109,7 +109,8 @@ expected<nvrtc_artifact> compile_nvrtc(const std::string& source, const nvrtc_op
   if (!base.empty()) {
     nvrtc_artifact a;
     a.key = key;
-    if (read_file(base + ".ptx", a.ptx) && (!real_arch || read_file(base + ".cubin", a.cubin)) && !a.ptx.empty()) {
+    if (read_file(base + ".ptx", a.ptx) && (!real_arch || read_file(base + ".cubin", a.cubin)) &&
+        !a.ptx.empty()) {
       a.cache_hit = true;
       std::lock_guard<std::mutex> lock(cache_mu);
       if (memory_cache().size() >= max_memory_entries) memory_cache().clear();
@@ -119,7 +120,8 @@ expected<nvrtc_artifact> compile_nvrtc(const std::string& source, const nvrtc_op
   }
   auto start = std::chrono::steady_clock::now();
   nvrtcProgram prog = nullptr;
-  if (auto rc = nvrtcCreateProgram(&prog, source.c_str(), "kiln_kernels.cu", 0, nullptr, nullptr); rc != NVRTC_SUCCESS)
+  if (auto rc = nvrtcCreateProgram(&prog, source.c_str(), "kiln_kernels.cu", 0, nullptr, nullptr);
+      rc != NVRTC_SUCCESS)
     return error{std::string("nvrtc: cannot create program: ") + nvrtcGetErrorString(rc)};
   std::vector<const char*> argv;
   for (const auto& f : flags) argv.push_back(f.c_str());
@@ -134,8 +136,8 @@ expected<nvrtc_artifact> compile_nvrtc(const std::string& source, const nvrtc_op
       fs::create_directories(opts.cache_dir, ec);
       write_atomically(base + ".log", a.log);
     }
-    return error{std::string("nvrtc compile failed (") + nvrtcGetErrorString(rc) + ", key " + key + "):\n" +
-                 truncate_log(a.log)};
+    return error{std::string("nvrtc compile failed (") + nvrtcGetErrorString(rc) + ", key " + key +
+                 "):\n" + truncate_log(a.log)};
   }
   size_t n = 0;
   if (nvrtcGetPTXSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
@@ -148,8 +150,10 @@ expected<nvrtc_artifact> compile_nvrtc(const std::string& source, const nvrtc_op
     nvrtcGetCUBIN(prog, a.cubin.data());
   }
   nvrtcDestroyProgram(&prog);
-  if (a.ptx.empty() || (real_arch && a.cubin.empty())) return error{"nvrtc: compiled but produced no code (key " + key + ")"};
-  a.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (a.ptx.empty() || (real_arch && a.cubin.empty()))
+    return error{"nvrtc: compiled but produced no code (key " + key + ")"};
+  a.compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!base.empty()) {
     std::error_code ec;
     fs::create_directories(opts.cache_dir, ec);

@@ -1,7 +1,8 @@
 // NVRTC path of the cuda backend: a generated translation unit -> PTX and cubin for one arch,
 // through a content-addressed cache (key: source + options + NVRTC version), in memory and
 // optionally on disk, so a program compiles once per machine.
-//   cuda_program.source --compile_nvrtc(arch)--> cache hit | nvrtc -> {ptx, cubin} --> cuModuleLoadData
+//   cuda_program.source --compile_nvrtc(arch)--> cache hit | nvrtc -> {ptx, cubin} -->
+//   cuModuleLoadData
 #pragma once
 
 #include "data/expected.hpp"
@@ -20,9 +21,9 @@ struct nvrtc_options {
 
 struct nvrtc_artifact {
   std::string ptx;
-  std::string cubin;   // empty when the arch is virtual (compute_XX)
-  std::string log;     // warnings, if any
-  std::string key;     // 16 hex digits
+  std::string cubin; // empty when the arch is virtual (compute_XX)
+  std::string log;   // warnings, if any
+  std::string key;   // 16 hex digits
   bool cache_hit = false;
   double compile_ms = 0; // 0 on a hit
 };

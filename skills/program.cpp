@@ -8,48 +8,48 @@ namespace kiln {
 
 const char* to_string(kernel_template t) {
   switch (t) {
-    case kernel_template::elementwise: return "elementwise";
-    case kernel_template::gemm: return "gemm";
-    case kernel_template::library: return "library";
-    case kernel_template::conv: return "conv";
-    case kernel_template::pool: return "pool";
-    case kernel_template::norm: return "norm";
-    case kernel_template::reduce: return "reduce";
-    case kernel_template::layout: return "layout";
+  case kernel_template::elementwise: return "elementwise";
+  case kernel_template::gemm: return "gemm";
+  case kernel_template::library: return "library";
+  case kernel_template::conv: return "conv";
+  case kernel_template::pool: return "pool";
+  case kernel_template::norm: return "norm";
+  case kernel_template::reduce: return "reduce";
+  case kernel_template::layout: return "layout";
   }
   return "?";
 }
 
 const char* to_string(knob k) {
   switch (k) {
-    case knob::block: return "block";
-    case knob::vec: return "vec";
-    case knob::unroll: return "unroll";
-    case knob::tile_m: return "tile_m";
-    case knob::tile_n: return "tile_n";
-    case knob::tile_k: return "tile_k";
-    case knob::split_k: return "split_k";
-    case knob::threads: return "threads";
-    case knob::precision: return "precision";
-    case knob::stage: return "stage";
-    case knob::bounds: return "bounds";
-    case knob::onepass: return "onepass";
+  case knob::block: return "block";
+  case knob::vec: return "vec";
+  case knob::unroll: return "unroll";
+  case knob::tile_m: return "tile_m";
+  case knob::tile_n: return "tile_n";
+  case knob::tile_k: return "tile_k";
+  case knob::split_k: return "split_k";
+  case knob::threads: return "threads";
+  case knob::precision: return "precision";
+  case knob::stage: return "stage";
+  case knob::bounds: return "bounds";
+  case knob::onepass: return "onepass";
   }
   return "?";
 }
 
 const std::vector<kernel_template>& all_templates() {
   static const std::vector<kernel_template> t = {
-    kernel_template::elementwise, kernel_template::gemm, kernel_template::library,
-    kernel_template::conv,        kernel_template::pool, kernel_template::norm,
-    kernel_template::reduce,      kernel_template::layout};
+      kernel_template::elementwise, kernel_template::gemm,  kernel_template::library,
+      kernel_template::conv,        kernel_template::pool,  kernel_template::norm,
+      kernel_template::reduce,      kernel_template::layout};
   return t;
 }
 
 const std::vector<knob>& all_knobs() {
-  static const std::vector<knob> k = {knob::block,     knob::vec,    knob::unroll, knob::tile_m,
+  static const std::vector<knob> k = {knob::block,     knob::vec,    knob::unroll,  knob::tile_m,
                                       knob::tile_n,    knob::tile_k, knob::split_k, knob::threads,
-                                      knob::precision, knob::stage,  knob::bounds, knob::onepass};
+                                      knob::precision, knob::stage,  knob::bounds,  knob::onepass};
   return k;
 }
 
@@ -97,7 +97,10 @@ expected<program> parse_program(const std::string& text) {
   for (std::string w; in >> w;) words.push_back(w);
   program p;
   std::size_t i = 0;
-  auto at = [&](std::size_t k) { return "token " + std::to_string(k) + " ('" + (k < words.size() ? words[k] : std::string("<eof>")) + "')"; };
+  auto at = [&](std::size_t k) {
+    return "token " + std::to_string(k) + " ('" +
+           (k < words.size() ? words[k] : std::string("<eof>")) + "')";
+  };
   int64_t next_op = 0;
   while (true) {
     if (i >= words.size()) return error{"program: missing 'end'"};
@@ -110,8 +113,10 @@ expected<program> parse_program(const std::string& text) {
       return error{"program: " + at(i + 1) + ": expected 'ops COUNT TEMPLATE'"};
     group g;
     g.first_op = next_op;
-    if (!parse_value(knob::block, words[i + 2], g.num_ops) || g.num_ops < 1 || g.num_ops > max_group_ops)
-      return error{"program: " + at(i + 2) + ": expected an op count from 1 to " + std::to_string(max_group_ops)};
+    if (!parse_value(knob::block, words[i + 2], g.num_ops) || g.num_ops < 1 ||
+        g.num_ops > max_group_ops)
+      return error{"program: " + at(i + 2) + ": expected an op count from 1 to " +
+                   std::to_string(max_group_ops)};
     bool found = false;
     for (auto t : all_templates())
       if (words[i + 3] == to_string(t)) g.tmpl = t, found = true;

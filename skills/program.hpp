@@ -17,12 +17,12 @@ namespace kiln {
 enum class kernel_template {
   elementwise, // unary / binary chains with broadcasting
   gemm,        // linear / matmul / bmm computed by generated tiled loops, epilogue fused
-  library,     // linear / matmul / bmm by the host library (cpu: BLAS; cuda: cuBLASLt), epilogue fused
-  conv,        // conv / conv_transpose, direct, epilogue fused
-  pool,        // max / avg / adaptive pooling, epilogue fused
-  norm,        // batch / group / layer / instance / rms norm, epilogue fused
-  reduce,      // softmax, log_softmax, logsumexp, sum / mean / amax / amin / prod, arg*, cumsum
-  layout,      // reshape, permute, transpose, flatten, dropout(p=0): a copy or a view
+  library, // linear / matmul / bmm by the host library (cpu: BLAS; cuda: cuBLASLt), epilogue fused
+  conv,    // conv / conv_transpose, direct, epilogue fused
+  pool,    // max / avg / adaptive pooling, epilogue fused
+  norm,    // batch / group / layer / instance / rms norm, epilogue fused
+  reduce,  // softmax, log_softmax, logsumexp, sum / mean / amax / amin / prod, arg*, cumsum
+  layout,  // reshape, permute, transpose, flatten, dropout(p=0): a copy or a view
 };
 const char* to_string(kernel_template t);
 
@@ -76,7 +76,8 @@ struct program {
 // Token form. Every token is one word of a fixed vocabulary (program_vocab).
 //   program := group+ "end"
 //   group   := "kernel" "ops" COUNT TEMPLATE (KNOB VALUE)*
-// e.g. "kernel ops 3 gemm tile_m 64 tile_n 64 tile_k 16 split_k 1 precision fp32 stage 1 bounds 1 end"
+// e.g. "kernel ops 3 gemm tile_m 64 tile_n 64 tile_k 16 split_k 1 precision fp32 stage 1 bounds 1
+// end"
 std::string print(const program& p);
 expected<program> parse_program(const std::string& text);
 

@@ -13,12 +13,15 @@ config_reader parse(const std::string& text) {
   return std::move(*r);
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 } // namespace
 
 TEST_CASE("typed reads with defaults") {
-  auto r = parse("[run]\nseed = 7\nname = \"x\"\nratio = 0.5\nflag = true\nlist = [\"a\", \"b\"]\n");
+  auto r =
+      parse("[run]\nseed = 7\nname = \"x\"\nratio = 0.5\nflag = true\nlist = [\"a\", \"b\"]\n");
   CHECK(r.integer("run.seed", 1) == 7);
   CHECK(r.integer("run.absent", 3) == 3);
   CHECK(r.string("run.name", "") == "x");
@@ -36,7 +39,8 @@ TEST_CASE("errors name file, line, key and what was expected") {
   auto st = r.finish();
   REQUIRE_FALSE(st.has_value());
   CHECK(contains(st.message(), "exp.toml:3: key 'run.seed': expected an integer, got a string"));
-  CHECK(contains(st.message(), "exp.toml:4: key 'run.threads': expected an integer in [0, 64], got 9999"));
+  CHECK(contains(st.message(),
+                 "exp.toml:4: key 'run.threads': expected an integer in [0, 64], got 9999"));
 }
 
 TEST_CASE("unknown keys are reported, so typos do not pass silently") {

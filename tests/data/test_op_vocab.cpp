@@ -25,16 +25,73 @@ std::string infer_error(const char* op, std::vector<shape_t> args, attr_map attr
 } // namespace
 
 TEST_CASE("the vocabulary holds every v1 op") {
-  for (auto name : {"relu", "leaky_relu", "sigmoid", "tanh", "gelu", "silu", "mish", "hardswish",
-                    "hardsigmoid", "hardtanh", "elu", "selu", "softplus", "softsign", "exp", "log",
-                    "abs", "neg", "sqrt", "rsqrt", "clamp", "add", "sub", "mul", "div", "maximum",
-                    "minimum", "pow", "linear", "matmul", "bmm", "conv1d", "conv2d", "conv3d",
-                    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "max_pool1d",
-                    "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
-                    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
-                    "batch_norm", "group_norm", "layer_norm", "instance_norm", "rms_norm", "softmax",
-                    "log_softmax", "logsumexp", "sum", "mean", "amax", "amin", "prod", "argmax",
-                    "argmin", "cumsum", "reshape", "permute", "transpose", "flatten", "dropout"})
+  for (auto name : {"relu",
+                    "leaky_relu",
+                    "sigmoid",
+                    "tanh",
+                    "gelu",
+                    "silu",
+                    "mish",
+                    "hardswish",
+                    "hardsigmoid",
+                    "hardtanh",
+                    "elu",
+                    "selu",
+                    "softplus",
+                    "softsign",
+                    "exp",
+                    "log",
+                    "abs",
+                    "neg",
+                    "sqrt",
+                    "rsqrt",
+                    "clamp",
+                    "add",
+                    "sub",
+                    "mul",
+                    "div",
+                    "maximum",
+                    "minimum",
+                    "pow",
+                    "linear",
+                    "matmul",
+                    "bmm",
+                    "conv1d",
+                    "conv2d",
+                    "conv3d",
+                    "conv_transpose1d",
+                    "conv_transpose2d",
+                    "conv_transpose3d",
+                    "max_pool1d",
+                    "max_pool2d",
+                    "max_pool3d",
+                    "avg_pool1d",
+                    "avg_pool2d",
+                    "avg_pool3d",
+                    "adaptive_avg_pool1d",
+                    "adaptive_avg_pool2d",
+                    "adaptive_avg_pool3d",
+                    "batch_norm",
+                    "group_norm",
+                    "layer_norm",
+                    "instance_norm",
+                    "rms_norm",
+                    "softmax",
+                    "log_softmax",
+                    "logsumexp",
+                    "sum",
+                    "mean",
+                    "amax",
+                    "amin",
+                    "prod",
+                    "argmax",
+                    "argmin",
+                    "cumsum",
+                    "reshape",
+                    "permute",
+                    "transpose",
+                    "flatten",
+                    "dropout"})
     CHECK_MESSAGE(find_op(name) != nullptr, name);
   CHECK(find_op("conv4d") == nullptr);
 }
@@ -45,11 +102,12 @@ TEST_CASE("elementwise and broadcasting") {
   CHECK(infer("mul", {{2, 3}}, {{"scalar", 2.0}}) == shape_t{2, 3});
   CHECK(infer_error("add", {{2, 3}, {4, 3}}).find("do not broadcast") != std::string::npos);
   CHECK(infer_error("mul", {{2, 3}}).find("attrs.scalar") != std::string::npos);
-  CHECK(infer_error("gelu", {{2}}, {{"approximate", std::string("fast")}}).find("attrs.approximate") !=
+  CHECK(infer_error("gelu", {{2}}, {{"approximate", std::string("fast")}})
+            .find("attrs.approximate") != std::string::npos);
+  CHECK(infer_error("leaky_relu", {{2}}, {{"slope", 0.1}}).find("unknown attribute") !=
         std::string::npos);
-  CHECK(infer_error("leaky_relu", {{2}}, {{"slope", 0.1}}).find("unknown attribute") != std::string::npos);
-  CHECK(infer_error("leaky_relu", {{2}}, {{"negative_slope", std::string("x")}}).find("expected a number") !=
-        std::string::npos);
+  CHECK(infer_error("leaky_relu", {{2}}, {{"negative_slope", std::string("x")}})
+            .find("expected a number") != std::string::npos);
 }
 
 TEST_CASE("linear, matmul, bmm") {
@@ -76,59 +134,80 @@ TEST_CASE("convolutions follow PyTorch's output-size formulas") {
   CHECK(infer("conv_transpose2d", {{1, 8, 16, 16}, {8, 4, 3, 3}},
               {{"stride", int64_t{2}}, {"padding", int64_t{1}}, {"output_padding", int64_t{1}}}) ==
         shape_t{1, 4, 32, 32});
-  CHECK(infer("conv_transpose1d", {{1, 4, 10}, {4, 3, 3}}, {{"groups", int64_t{2}}}) == shape_t{1, 6, 12});
-  CHECK(infer_error("conv2d", {{1, 3, 32, 32}, {16, 4, 3, 3}}).find("input channels") != std::string::npos);
-  CHECK(infer_error("conv2d", {{1, 3, 2, 2}, {16, 3, 3, 3}}).find("output spatial size") != std::string::npos);
-  CHECK(infer_error("conv2d", {{1, 3, 32}, {16, 3, 3, 3}}).find("rank") != std::string::npos);
-  CHECK(infer_error("conv2d", {{1, 4, 8, 8}, {4, 2, 3, 3}}, {{"groups", int64_t{3}}}).find("attrs.groups") !=
+  CHECK(infer("conv_transpose1d", {{1, 4, 10}, {4, 3, 3}}, {{"groups", int64_t{2}}}) ==
+        shape_t{1, 6, 12});
+  CHECK(infer_error("conv2d", {{1, 3, 32, 32}, {16, 4, 3, 3}}).find("input channels") !=
         std::string::npos);
-  CHECK(infer_error("conv2d", {{1, 3, 8, 8}, {4, 3, 3, 3}}, {{"stride", std::vector<int64_t>{1, 1, 1}}})
-          .find("entries") != std::string::npos);
+  CHECK(infer_error("conv2d", {{1, 3, 2, 2}, {16, 3, 3, 3}}).find("output spatial size") !=
+        std::string::npos);
+  CHECK(infer_error("conv2d", {{1, 3, 32}, {16, 3, 3, 3}}).find("rank") != std::string::npos);
+  CHECK(infer_error("conv2d", {{1, 4, 8, 8}, {4, 2, 3, 3}}, {{"groups", int64_t{3}}})
+            .find("attrs.groups") != std::string::npos);
+  CHECK(infer_error("conv2d", {{1, 3, 8, 8}, {4, 3, 3, 3}},
+                    {{"stride", std::vector<int64_t>{1, 1, 1}}})
+            .find("entries") != std::string::npos);
 }
 
 TEST_CASE("pooling") {
-  CHECK(infer("max_pool2d", {{1, 3, 32, 32}}, {{"kernel_size", int64_t{2}}}) == shape_t{1, 3, 16, 16});
-  CHECK(infer("max_pool2d", {{1, 3, 32, 32}}, {{"kernel_size", int64_t{3}}, {"stride", int64_t{2}}, {"padding", int64_t{1}}}) ==
+  CHECK(infer("max_pool2d", {{1, 3, 32, 32}}, {{"kernel_size", int64_t{2}}}) ==
         shape_t{1, 3, 16, 16});
-  CHECK(infer("avg_pool1d", {{2, 4, 10}}, {{"kernel_size", int64_t{3}}, {"stride", int64_t{1}}}) == shape_t{2, 4, 8});
-  CHECK(infer("max_pool3d", {{1, 2, 8, 8, 8}}, {{"kernel_size", int64_t{2}}}) == shape_t{1, 2, 4, 4, 4});
-  CHECK(infer("adaptive_avg_pool2d", {{2, 3, 17, 9}}, {{"output_size", int64_t{1}}}) == shape_t{2, 3, 1, 1});
-  CHECK(infer_error("max_pool2d", {{1, 3, 8, 8}}, {{"kernel_size", int64_t{2}}, {"padding", int64_t{2}}})
-          .find("attrs.padding") != std::string::npos);
+  CHECK(infer("max_pool2d", {{1, 3, 32, 32}},
+              {{"kernel_size", int64_t{3}}, {"stride", int64_t{2}}, {"padding", int64_t{1}}}) ==
+        shape_t{1, 3, 16, 16});
+  CHECK(infer("avg_pool1d", {{2, 4, 10}}, {{"kernel_size", int64_t{3}}, {"stride", int64_t{1}}}) ==
+        shape_t{2, 4, 8});
+  CHECK(infer("max_pool3d", {{1, 2, 8, 8, 8}}, {{"kernel_size", int64_t{2}}}) ==
+        shape_t{1, 2, 4, 4, 4});
+  CHECK(infer("adaptive_avg_pool2d", {{2, 3, 17, 9}}, {{"output_size", int64_t{1}}}) ==
+        shape_t{2, 3, 1, 1});
+  CHECK(infer_error("max_pool2d", {{1, 3, 8, 8}},
+                    {{"kernel_size", int64_t{2}}, {"padding", int64_t{2}}})
+            .find("attrs.padding") != std::string::npos);
   CHECK(infer_error("max_pool2d", {{1, 3, 8, 8}}).find("attrs.kernel_size") != std::string::npos);
 }
 
 TEST_CASE("norms check their parameter shapes") {
   CHECK(infer("batch_norm", {{4, 3, 8, 8}, {3}, {3}}) == shape_t{4, 3, 8, 8});
-  CHECK(infer("group_norm", {{4, 8, 5}, {8}, {8}}, {{"num_groups", int64_t{4}}}) == shape_t{4, 8, 5});
-  CHECK(infer("layer_norm", {{2, 5, 16}, {16}, {16}}, {{"normalized_shape", std::vector<int64_t>{16}}}) ==
+  CHECK(infer("group_norm", {{4, 8, 5}, {8}, {8}}, {{"num_groups", int64_t{4}}}) ==
+        shape_t{4, 8, 5});
+  CHECK(infer("layer_norm", {{2, 5, 16}, {16}, {16}},
+              {{"normalized_shape", std::vector<int64_t>{16}}}) == shape_t{2, 5, 16});
+  CHECK(infer("rms_norm", {{2, 5, 16}}, {{"normalized_shape", std::vector<int64_t>{5, 16}}}) ==
         shape_t{2, 5, 16});
-  CHECK(infer("rms_norm", {{2, 5, 16}}, {{"normalized_shape", std::vector<int64_t>{5, 16}}}) == shape_t{2, 5, 16});
-  CHECK(infer_error("group_norm", {{4, 8, 5}}, {{"num_groups", int64_t{3}}}).find("num_groups") != std::string::npos);
+  CHECK(infer_error("group_norm", {{4, 8, 5}}, {{"num_groups", int64_t{3}}}).find("num_groups") !=
+        std::string::npos);
   CHECK(infer_error("layer_norm", {{2, 5, 16}}, {{"normalized_shape", std::vector<int64_t>{5}}})
-          .find("normalized_shape") != std::string::npos);
+            .find("normalized_shape") != std::string::npos);
   CHECK(infer_error("batch_norm", {{4, 3, 8, 8}, {4}, {4}}).find("args[1]") != std::string::npos);
   CHECK(infer_error("batch_norm", {{4, 3}, {3}}).find("weight and bias") != std::string::npos);
 }
 
 TEST_CASE("reductions, softmax and layout") {
   CHECK(infer("sum", {{2, 3, 4}}, {{"dim", int64_t{1}}}) == shape_t{2, 4});
-  CHECK(infer("mean", {{2, 3, 4}}, {{"dim", std::vector<int64_t>{-1, 0}}, {"keepdim", true}}) == shape_t{1, 3, 1});
+  CHECK(infer("mean", {{2, 3, 4}}, {{"dim", std::vector<int64_t>{-1, 0}}, {"keepdim", true}}) ==
+        shape_t{1, 3, 1});
   CHECK(infer("amax", {{2, 3}}) == shape_t{});
   CHECK(infer("argmax", {{2, 3}}, {{"dim", int64_t{1}}}) == shape_t{2});
   CHECK(infer("logsumexp", {{2, 3}}, {{"dim", int64_t{1}}, {"keepdim", true}}) == shape_t{2, 1});
   CHECK(infer("softmax", {{2, 3}}, {{"dim", int64_t{-1}}}) == shape_t{2, 3});
   CHECK(infer("cumsum", {{2, 3}}, {{"dim", int64_t{0}}}) == shape_t{2, 3});
   CHECK(infer("reshape", {{2, 3, 4}}, {{"shape", std::vector<int64_t>{6, -1}}}) == shape_t{6, 4});
-  CHECK(infer("permute", {{2, 3, 4}}, {{"dims", std::vector<int64_t>{2, 0, 1}}}) == shape_t{4, 2, 3});
-  CHECK(infer("transpose", {{2, 3, 4}}, {{"dim0", int64_t{0}}, {"dim1", int64_t{-1}}}) == shape_t{4, 3, 2});
+  CHECK(infer("permute", {{2, 3, 4}}, {{"dims", std::vector<int64_t>{2, 0, 1}}}) ==
+        shape_t{4, 2, 3});
+  CHECK(infer("transpose", {{2, 3, 4}}, {{"dim0", int64_t{0}}, {"dim1", int64_t{-1}}}) ==
+        shape_t{4, 3, 2});
   CHECK(infer("flatten", {{2, 3, 4, 5}}, {{"start_dim", int64_t{1}}}) == shape_t{2, 60});
   CHECK(infer("dropout", {{2, 3}}, {{"p", 0.0}}) == shape_t{2, 3});
-  CHECK(infer_error("sum", {{2, 3}}, {{"dim", int64_t{2}}}).find("out of range") != std::string::npos);
-  CHECK(infer_error("sum", {{2, 3}}, {{"dim", std::vector<int64_t>{1, -1}}}).find("repeated") != std::string::npos);
+  CHECK(infer_error("sum", {{2, 3}}, {{"dim", int64_t{2}}}).find("out of range") !=
+        std::string::npos);
+  CHECK(infer_error("sum", {{2, 3}}, {{"dim", std::vector<int64_t>{1, -1}}}).find("repeated") !=
+        std::string::npos);
   CHECK(infer_error("softmax", {{2, 3}}).find("attrs.dim: required") != std::string::npos);
-  CHECK(infer_error("reshape", {{2, 3, 4}}, {{"shape", std::vector<int64_t>{5, -1}}}).find("does not fit") != std::string::npos);
-  CHECK(infer_error("reshape", {{2, 3}}, {{"shape", std::vector<int64_t>{-1, -1}}}).find("more than one") != std::string::npos);
-  CHECK(infer_error("permute", {{2, 3, 4}}, {{"dims", std::vector<int64_t>{0, 0, 1}}}).find("permutation") != std::string::npos);
+  CHECK(infer_error("reshape", {{2, 3, 4}}, {{"shape", std::vector<int64_t>{5, -1}}})
+            .find("does not fit") != std::string::npos);
+  CHECK(infer_error("reshape", {{2, 3}}, {{"shape", std::vector<int64_t>{-1, -1}}})
+            .find("more than one") != std::string::npos);
+  CHECK(infer_error("permute", {{2, 3, 4}}, {{"dims", std::vector<int64_t>{0, 0, 1}}})
+            .find("permutation") != std::string::npos);
   CHECK(infer_error("dropout", {{2, 3}}, {{"p", 0.5}}).find("p = 0") != std::string::npos);
 }

@@ -49,10 +49,13 @@ std::vector<float> run(const std::string& op, std::vector<at::Tensor> args, attr
 
 void near(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-4f) {
   REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(tol));
+  for (std::size_t i = 0; i < got.size(); ++i)
+    CHECK(got[i] == doctest::Approx(want[i]).epsilon(tol));
 }
 
-float scalar_op(const std::string& op, float x, attr_map attrs = {}) { return run(op, {vec({x}, {1})}, attrs)[0]; }
+float scalar_op(const std::string& op, float x, attr_map attrs = {}) {
+  return run(op, {vec({x}, {1})}, attrs)[0];
+}
 
 } // namespace
 
@@ -94,7 +97,8 @@ TEST_CASE("binary ops broadcast or take a scalar") {
 }
 
 TEST_CASE("linear, matmul, bmm") {
-  near(run("linear", {vec({1, 2}, {1, 2}), vec({1, 0, 0, 1, 1, 1}, {3, 2}), vec({1, 1, 1}, {3})}), {2, 3, 4});
+  near(run("linear", {vec({1, 2}, {1, 2}), vec({1, 0, 0, 1, 1, 1}, {3, 2}), vec({1, 1, 1}, {3})}),
+       {2, 3, 4});
   near(run("matmul", {vec({1, 2, 3, 4}, {2, 2}), vec({1, 1}, {2, 1})}), {3, 7});
   near(run("bmm", {vec({1, 2, 3, 4}, {2, 1, 2}), vec({1, 1, 2, 0}, {2, 2, 1})}), {3, 6});
 }
@@ -108,9 +112,11 @@ TEST_CASE("convolutions and pooling") {
   near(run("conv_transpose1d", {vec({1, 2}, {1, 1, 2}), vec({1, 1}, {1, 1, 2})}), {1, 3, 2});
   near(run("max_pool1d", {vec({1, 3, 2, 4}, {1, 1, 4})}, {{"kernel_size", int64_t{2}}}), {3, 4});
   near(run("avg_pool1d", {vec({1, 3, 2, 4}, {1, 1, 4})}, {{"kernel_size", int64_t{2}}}), {2, 3});
-  near(run("avg_pool1d", {vec({2, 4}, {1, 1, 2})}, {{"kernel_size", int64_t{2}}, {"padding", int64_t{1}}}),
+  near(run("avg_pool1d", {vec({2, 4}, {1, 1, 2})},
+           {{"kernel_size", int64_t{2}}, {"padding", int64_t{1}}}),
        {1, 2}); // count_include_pad, as PyTorch's default
-  near(run("adaptive_avg_pool1d", {vec({1, 2, 3, 4}, {1, 1, 4})}, {{"output_size", int64_t{1}}}), {2.5});
+  near(run("adaptive_avg_pool1d", {vec({1, 2, 3, 4}, {1, 1, 4})}, {{"output_size", int64_t{1}}}),
+       {2.5});
   near(run("max_pool2d", {vec({1, 5, 3, 2}, {1, 1, 2, 2})}, {{"kernel_size", int64_t{2}}}), {5});
 }
 
@@ -118,29 +124,38 @@ TEST_CASE("norms use batch statistics and PyTorch defaults") {
   float s = 1.0f / std::sqrt(1.0f + 1e-5f);
   near(run("batch_norm", {vec({1, 3}, {2, 1})}), {-s, s});
   near(run("instance_norm", {vec({1, 3}, {1, 1, 2})}), {-s, s});
-  near(run("group_norm", {vec({1, 3, 5, 7}, {1, 2, 2})}, {{"num_groups", int64_t{2}}}), {-s, s, -s, s});
-  near(run("layer_norm", {vec({1, 3}, {1, 2})}, {{"normalized_shape", std::vector<int64_t>{2}}}), {-s, s});
+  near(run("group_norm", {vec({1, 3, 5, 7}, {1, 2, 2})}, {{"num_groups", int64_t{2}}}),
+       {-s, s, -s, s});
+  near(run("layer_norm", {vec({1, 3}, {1, 2})}, {{"normalized_shape", std::vector<int64_t>{2}}}),
+       {-s, s});
   float rms = std::sqrt((9.0f + 16.0f) / 2.0f);
-  near(run("rms_norm", {vec({3, 4}, {1, 2}), vec({1, 2}, {2})}, {{"normalized_shape", std::vector<int64_t>{2}}}),
+  near(run("rms_norm", {vec({3, 4}, {1, 2}), vec({1, 2}, {2})},
+           {{"normalized_shape", std::vector<int64_t>{2}}}),
        {3 / rms, 8 / rms});
 }
 
 TEST_CASE("reductions, softmax, cumsum and layout") {
   near(run("softmax", {vec({0, std::log(3.0f)}, {2})}, {{"dim", int64_t{0}}}), {0.25, 0.75});
-  near(run("log_softmax", {vec({0, 0}, {2})}, {{"dim", int64_t{0}}}), {-std::log(2.0f), -std::log(2.0f)});
+  near(run("log_softmax", {vec({0, 0}, {2})}, {{"dim", int64_t{0}}}),
+       {-std::log(2.0f), -std::log(2.0f)});
   near(run("logsumexp", {vec({0, 0}, {1, 2})}, {{"dim", int64_t{1}}}), {std::log(2.0f)});
   near(run("sum", {vec({1, 2, 3, 4}, {2, 2})}, {{"dim", int64_t{0}}}), {4, 6});
   near(run("sum", {vec({1, 2, 3, 4}, {2, 2})}), {10});
-  near(run("mean", {vec({1, 2, 3, 4}, {2, 2})}, {{"dim", int64_t{1}}, {"keepdim", true}}), {1.5, 3.5});
+  near(run("mean", {vec({1, 2, 3, 4}, {2, 2})}, {{"dim", int64_t{1}}, {"keepdim", true}}),
+       {1.5, 3.5});
   near(run("amax", {vec({1, 5, 3, 4}, {2, 2})}, {{"dim", int64_t{1}}}), {5, 4});
   near(run("amin", {vec({1, 5, 3, 4}, {2, 2})}), {1});
   near(run("prod", {vec({1, 2, 3, 4}, {2, 2})}, {{"dim", int64_t{1}}}), {2, 12});
   near(run("argmax", {vec({1, 5, 3, 4}, {2, 2})}, {{"dim", int64_t{1}}}), {1, 1});
   near(run("argmin", {vec({1, 5, 3, 0}, {2, 2})}), {3});
   near(run("cumsum", {vec({1, 2, 3}, {3})}, {{"dim", int64_t{0}}}), {1, 3, 6});
-  near(run("permute", {vec({1, 2, 3, 4, 5, 6}, {2, 3})}, {{"dims", std::vector<int64_t>{1, 0}}}), {1, 4, 2, 5, 3, 6});
-  near(run("transpose", {vec({1, 2, 3, 4, 5, 6}, {2, 3})}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}}), {1, 4, 2, 5, 3, 6});
-  near(run("reshape", {vec({1, 2, 3, 4}, {2, 2})}, {{"shape", std::vector<int64_t>{-1}}}), {1, 2, 3, 4});
+  near(run("permute", {vec({1, 2, 3, 4, 5, 6}, {2, 3})}, {{"dims", std::vector<int64_t>{1, 0}}}),
+       {1, 4, 2, 5, 3, 6});
+  near(run("transpose", {vec({1, 2, 3, 4, 5, 6}, {2, 3})},
+           {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}}),
+       {1, 4, 2, 5, 3, 6});
+  near(run("reshape", {vec({1, 2, 3, 4}, {2, 2})}, {{"shape", std::vector<int64_t>{-1}}}),
+       {1, 2, 3, 4});
   near(run("flatten", {vec({1, 2, 3, 4}, {1, 2, 2})}), {1, 2, 3, 4});
   near(run("dropout", {vec({1, 2}, {2})}, {{"p", 0.0}}), {1, 2});
 }

@@ -32,7 +32,8 @@ int main() {
     auto want = run_reference(t, inputs, params);
     auto got = run_reference(t, inputs_gpu, params_gpu);
     if (!want || !got) {
-      std::printf("FAIL %s: %s\n", t.name.c_str(), (!want ? want.message() : got.message()).c_str());
+      std::printf("FAIL %s: %s\n", t.name.c_str(),
+                  (!want ? want.message() : got.message()).c_str());
       ++bad;
       continue;
     }
@@ -47,7 +48,8 @@ int main() {
         worst_task = t.name;
       }
       if (err > 1e-3) {
-        std::printf("FAIL %s output %zu: max error %.3g (relative to max |y|)\n", t.name.c_str(), o, err);
+        std::printf("FAIL %s output %zu: max error %.3g (relative to max |y|)\n", t.name.c_str(), o,
+                    err);
         ++bad;
       }
     }

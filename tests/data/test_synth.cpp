@@ -5,8 +5,8 @@
 #include "data/task_parse.hpp"
 
 #include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 using namespace kiln;
@@ -85,11 +85,39 @@ TEST_CASE("the vocabulary is covered: heads and epilogues of every family appear
     ++lengths[static_cast<int>(t.ops.size())];
     for (const auto& op : t.ops) ops.insert(op.op);
   }
-  for (const char* op : {"linear", "matmul", "bmm", "conv1d", "conv2d", "conv3d", "conv_transpose2d",
-                         "relu", "gelu", "sigmoid", "add", "mul", "batch_norm", "group_norm",
-                         "layer_norm", "instance_norm", "rms_norm", "max_pool2d", "avg_pool2d",
-                         "adaptive_avg_pool2d", "softmax", "log_softmax", "logsumexp", "sum", "mean",
-                         "amax", "argmax", "cumsum", "transpose", "permute", "flatten", "log", "sqrt"})
+  for (const char* op : {"linear",
+                         "matmul",
+                         "bmm",
+                         "conv1d",
+                         "conv2d",
+                         "conv3d",
+                         "conv_transpose2d",
+                         "relu",
+                         "gelu",
+                         "sigmoid",
+                         "add",
+                         "mul",
+                         "batch_norm",
+                         "group_norm",
+                         "layer_norm",
+                         "instance_norm",
+                         "rms_norm",
+                         "max_pool2d",
+                         "avg_pool2d",
+                         "adaptive_avg_pool2d",
+                         "softmax",
+                         "log_softmax",
+                         "logsumexp",
+                         "sum",
+                         "mean",
+                         "amax",
+                         "argmax",
+                         "cumsum",
+                         "transpose",
+                         "permute",
+                         "flatten",
+                         "log",
+                         "sqrt"})
     CHECK_MESSAGE(ops.count(op), std::string(op));
   CHECK(levels[1] > 0);
   CHECK(levels[2] > 0);

@@ -68,7 +68,8 @@ tensor_decl decl(const std::string& name, shape_t shape, init_kind init) {
   return d;
 }
 
-op_node node(const std::string& out, const std::string& op, std::vector<std::string> args, attr_map attrs) {
+op_node node(const std::string& out, const std::string& op, std::vector<std::string> args,
+             attr_map attrs) {
   op_node n;
   n.out = out;
   n.op = op;
@@ -205,7 +206,8 @@ TEST_CASE("size-carrying attrs do not enter the structure") {
     task t;
     t.name = "ln";
     t.inputs.push_back(decl("x", {8, d}, init_kind::normal));
-    t.ops.push_back(node("y", "layer_norm", {"x"}, {{"normalized_shape", std::vector<int64_t>{d}}}));
+    t.ops.push_back(
+        node("y", "layer_norm", {"x"}, {{"normalized_shape", std::vector<int64_t>{d}}}));
     t.ops.push_back(node("z", "reshape", {"y"}, {{"shape", std::vector<int64_t>{-1, d / 2}}}));
     t.outputs = {"z"};
     return t;

@@ -63,7 +63,9 @@ std::string replace(std::string s, const std::string& from, const std::string& t
   return s.replace(pos, from.size(), to);
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 } // namespace
 
@@ -126,7 +128,8 @@ TEST_CASE("every validation error names file, task, op and field") {
     CHECK(contains(msg, "inputs[0] ('x'): shape: dimension -128"));
   }
   SUBCASE("absurd size beyond the memory budget") {
-    auto msg = checked_error(replace(kGemm, "shape = [128, 1024]\ninit", "shape = [128000000, 1024]\ninit"));
+    auto msg = checked_error(
+        replace(kGemm, "shape = [128, 1024]\ninit", "shape = [128000000, 1024]\ninit"));
     CHECK(contains(msg, "over the memory budget"));
   }
   SUBCASE("unknown key") {
@@ -156,8 +159,9 @@ TEST_CASE("every validation error names file, task, op and field") {
 }
 
 TEST_CASE("argmax results may only be outputs") {
-  auto text = std::string(kGemm) + "[[ops]]\nout = \"i\"\nop = \"argmax\"\nargs = [\"y2\"]\nattrs = { dim = 1 }\n"
-                                   "[[ops]]\nout = \"j\"\nop = \"relu\"\nargs = [\"i\"]\n";
+  auto text = std::string(kGemm) +
+              "[[ops]]\nout = \"i\"\nop = \"argmax\"\nargs = [\"y2\"]\nattrs = { dim = 1 }\n"
+              "[[ops]]\nout = \"j\"\nop = \"relu\"\nargs = [\"i\"]\n";
   CHECK(contains(checked_error(text), "index tensor"));
 }
 
@@ -170,7 +174,8 @@ TEST_CASE("a bad line in a JSON Lines dataset does not stop the others") {
   auto bad = j;
   bad["name"] = "broken";
   bad["ops"][0]["op"] = "nope";
-  std::string text = j.dump() + "\n{not json\n" + bad.dump() + "\n\n" + j2.dump() + "\n" + j.dump() + "\n";
+  std::string text =
+      j.dump() + "\n{not json\n" + bad.dump() + "\n\n" + j2.dump() + "\n" + j.dump() + "\n";
   auto set = parse_jsonl(text, "d.jsonl");
   REQUIRE(set.tasks.size() == 2);
   CHECK(set.tasks[0].name == "gemm_multiply_leakyrelu");

@@ -1,7 +1,7 @@
 // The pool as actors: compile -> device -> outcome, cache merging, failures as outcomes.
 #include "actors/actor_system_setup.hpp"
-#include "data/task_parse.hpp"
 #include "data/task_check.hpp"
+#include "data/task_parse.hpp"
 #include "gpu_pool/device_pool.hpp"
 #include "skills/expert.hpp"
 
@@ -36,7 +36,8 @@ out = "y1"
 op = "mul"
 args = ["y0"]
 attrs = { scalar = 3.0 }
-)", "pool_test.toml");
+)",
+                          "pool_test.toml");
   REQUIRE(t);
   REQUIRE(check_task(*t));
   return *t;

@@ -5,10 +5,10 @@
 #include "data/task_parse.hpp"
 #include "gpu_pool/cpu_compiler.hpp"
 
-#include <arpa/inet.h>
-#include <doctest/doctest.h>
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cmath>
+#include <doctest/doctest.h>
 #include <filesystem>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -48,8 +48,8 @@ args = ["y0"]
 )";
 
 // `prologue` runs first (may return), then the correct loop unless `body` replaces it.
-std::string kernel(const std::string& prologue, const std::string& body = "", const std::string& globals = "",
-                   int rows = 256) {
+std::string kernel(const std::string& prologue, const std::string& body = "",
+                   const std::string& globals = "", int rows = 256) {
   std::string loop = R"(
   for (int64_t i = 0; i < ROWS; ++i)
     for (int64_t j = 0; j < 1024; ++j) {
@@ -64,14 +64,16 @@ std::string kernel(const std::string& prologue, const std::string& body = "", co
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#define ROWS )" + std::to_string(rows) + "\n" + globals + R"(
+#define ROWS )" +
+         std::to_string(rows) + "\n" + globals + R"(
 extern "C" int kiln_run(const kiln_host* host, const void* const* in, const void* const* par, void* const* out) {
   const float* x = (const float*)in[0];
   const float* b = (const float*)par[0];
   float* y = (float*)out[0];
   const int64_t n = ROWS * 1024;
   (void)n;
-)" + prologue + (body.empty() ? loop : body) + R"(
+)" + prologue +
+         (body.empty() ? loop : body) + R"(
   return 0;
 }
 )";
@@ -136,7 +138,10 @@ std::string kiln_copy() {
     }
     static struct remover {
       fs::path p;
-      ~remover() { std::error_code ec; fs::remove(p, ec); }
+      ~remover() {
+        std::error_code ec;
+        fs::remove(p, ec);
+      }
     } r{dst};
     return dst.string();
   }();
@@ -150,9 +155,7 @@ executor_options test_options() {
   return o;
 }
 
-std::string describe(const outcome& o) {
-  return std::string(to_string(o.kind)) + ": " + o.message;
-}
+std::string describe(const outcome& o) { return std::string(to_string(o.kind)) + ": " + o.message; }
 
 const artifact_ref& good_kernel() {
   static artifact_ref a = compile(kernel(""));
@@ -179,9 +182,9 @@ TEST_CASE("a correct kernel verifies, times, and evaluates, baseline times the r
   CHECK(v.device_ms > 0);
   CHECK(v.compile_ms == good_kernel().compile_ms);
   REQUIRE(c.hello().has_value());
-  MESSAGE("executor: pid ", c.hello()->pid, " uid ", c.hello()->uid, " net isolated ", c.hello()->net_isolated,
-          " fs restricted ", c.hello()->fs_restricted, " start ", c.stats().last_start_ms, " ms; warnings: ",
-          c.hello()->warnings);
+  MESSAGE("executor: pid ", c.hello()->pid, " uid ", c.hello()->uid, " net isolated ",
+          c.hello()->net_isolated, " fs restricted ", c.hello()->fs_restricted, " start ",
+          c.stats().last_start_ms, " ms; warnings: ", c.hello()->warnings);
 
   auto e = c.run(make_job(job_kind::evaluate, good_kernel()));
   CHECK_MESSAGE(e.kind == outcome_kind::correct, describe(e));
@@ -193,8 +196,8 @@ TEST_CASE("a correct kernel verifies, times, and evaluates, baseline times the r
   CHECK_MESSAGE(b.kind == outcome_kind::correct, describe(b));
   REQUIRE(b.time.has_value());
   CHECK(b.time->median_ms > 0);
-  MESSAGE("kernel ", e.time->median_ms, " ms (cv ", e.time->cv, ", ", e.time->trials, " trials); eager ",
-          b.time->median_ms, " ms (cv ", b.time->cv, ")");
+  MESSAGE("kernel ", e.time->median_ms, " ms (cv ", e.time->cv, ", ", e.time->trials,
+          " trials); eager ", b.time->median_ms, " ms (cv ", b.time->cv, ")");
 }
 
 TEST_CASE("segfault: runtime_error naming the signal, the next job succeeds") {
@@ -203,8 +206,8 @@ TEST_CASE("segfault: runtime_error naming the signal, the next job succeeds") {
   CHECK(o.kind == outcome_kind::runtime_error);
   CHECK_MESSAGE(o.message == "executor died: signal 11 (SIGSEGV)", o.message);
   still_serves(c);
-  MESSAGE("recover after crash: kill ", c.stats().last_kill_ms, " ms + restart ", c.stats().last_start_ms,
-          " ms = ", c.stats().last_recover_ms, " ms");
+  MESSAGE("recover after crash: kill ", c.stats().last_kill_ms, " ms + restart ",
+          c.stats().last_start_ms, " ms = ", c.stats().last_recover_ms, " ms");
   CHECK(c.stats().last_recover_ms > 0);
 }
 
@@ -221,7 +224,8 @@ TEST_CASE("abort and a non-zero return are runtime errors") {
 
 TEST_CASE("infinite loop: timeout, the next job succeeds") {
   auto& c = shared_client();
-  auto j = make_job(job_kind::verify, compile(kernel("volatile int spin = 1; while (spin) {}")), 1.0);
+  auto j =
+      make_job(job_kind::verify, compile(kernel("volatile int spin = 1; while (spin) {}")), 1.0);
   auto o = c.run(j);
   CHECK(o.kind == outcome_kind::timeout);
   CHECK_MESSAGE(o.message.find("no result within 1 s") != std::string::npos, o.message);
@@ -230,13 +234,16 @@ TEST_CASE("infinite loop: timeout, the next job succeeds") {
 
 TEST_CASE("out-of-bounds writes: large -> crash, small -> guard zone, both runtime_error") {
   auto& c = shared_client();
-  auto big = c.run(make_job(job_kind::verify,
-                            compile(kernel("for (int64_t i = 0; i < (int64_t(1) << 32); i += 4096) y[n + i] = 1;"))));
-  CHECK_MESSAGE((big.kind == outcome_kind::runtime_error || big.kind == outcome_kind::wrong), describe(big));
+  auto big = c.run(make_job(
+      job_kind::verify,
+      compile(kernel("for (int64_t i = 0; i < (int64_t(1) << 32); i += 4096) y[n + i] = 1;"))));
+  CHECK_MESSAGE((big.kind == outcome_kind::runtime_error || big.kind == outcome_kind::wrong),
+                describe(big));
   MESSAGE("large out-of-bounds write: ", describe(big));
   auto small = c.run(make_job(job_kind::verify, compile(kernel("y[n + 3] = 1;"))));
   CHECK(small.kind == outcome_kind::runtime_error);
-  CHECK_MESSAGE(small.message == "out-of-bounds write: guard zone around output 'y' overwritten", small.message);
+  CHECK_MESSAGE(small.message == "out-of-bounds write: guard zone around output 'y' overwritten",
+                small.message);
   CHECK(small.retire); // the executor was replaced
   auto under = c.run(make_job(job_kind::verify, compile(kernel("((float*)in[0])[-2] = 1;"))));
   CHECK(under.kind == outcome_kind::runtime_error);
@@ -246,9 +253,10 @@ TEST_CASE("out-of-bounds writes: large -> crash, small -> guard zone, both runti
 
 TEST_CASE("huge allocation: malloc 1 TB and touch -> runtime_error") {
   auto& c = shared_client();
-  auto o = c.run(make_job(job_kind::verify, compile(kernel(
-    "char* p = (char*)malloc(size_t(1) << 40);"
-    "for (size_t i = 0; i < (size_t(1) << 40); i += 4096) p[i] = 1;"))));
+  auto o = c.run(
+      make_job(job_kind::verify,
+               compile(kernel("char* p = (char*)malloc(size_t(1) << 40);"
+                              "for (size_t i = 0; i < (size_t(1) << 40); i += 4096) p[i] = 1;"))));
   CHECK_MESSAGE(o.kind == outcome_kind::runtime_error, describe(o));
   MESSAGE("huge allocation: ", describe(o));
   still_serves(c);
@@ -282,7 +290,8 @@ TEST_CASE("outputs not written -> wrong (NaN poison)") {
 
 TEST_CASE("constant output -> wrong") {
   auto& c = shared_client();
-  auto o = c.run(make_job(job_kind::verify, compile(kernel("", "for (int64_t k = 0; k < n; ++k) y[k] = 0.5f;"))));
+  auto o = c.run(make_job(job_kind::verify,
+                          compile(kernel("", "for (int64_t k = 0; k < n; ++k) y[k] = 0.5f;"))));
   CHECK_MESSAGE(o.kind == outcome_kind::wrong, describe(o));
   REQUIRE(o.error.has_value());
   CHECK(o.error->max_abs_err > 0.1);
@@ -293,7 +302,8 @@ TEST_CASE("a counter across calls -> nondeterministic") {
   auto o = c.run(make_job(job_kind::verify, compile(kernel("", R"(
   for (int64_t i = 0; i < 256; ++i)
     for (int64_t j = 0; j < 1024; ++j) { float v = x[i * 1024 + j] + b[j]; y[i * 1024 + j] = v > 0 ? v : 0; }
-  if (calls++ % 2 == 1) y[100] += 1.0f;)", "static int calls = 0;"))));
+  if (calls++ % 2 == 1) y[100] += 1.0f;)",
+                                                           "static int calls = 0;"))));
   CHECK_MESSAGE(o.kind == outcome_kind::nondeterministic, describe(o));
   REQUIRE(o.error.has_value());
   CHECK(o.error->first_bad_index == 100);
@@ -303,9 +313,11 @@ TEST_CASE("caching results by input pointer is caught by the timing check") {
   auto& c = shared_client();
   auto src = kernel(R"(
   if (in[0] == last_in) { memcpy(y, cache, sizeof cache); return 0; }
-  last_in = in[0];)", R"(
+  last_in = in[0];)",
+                    R"(
   for (int64_t k = 0; k < n; ++k) { float v = x[k] + b[k % 1024]; y[k] = v > 0 ? v : 0; }
-  memcpy(cache, y, sizeof cache);)", "static const void* last_in = 0; static float cache[256 * 1024];");
+  memcpy(cache, y, sizeof cache);)",
+                    "static const void* last_in = 0; static float cache[256 * 1024];");
   auto o = c.run(make_job(job_kind::evaluate, compile(src)));
   CHECK_MESSAGE(o.kind != outcome_kind::correct, describe(o));
   MESSAGE("pointer cache: ", describe(o));
@@ -327,7 +339,8 @@ TEST_CASE("network connect to 127.0.0.1 fails inside the executor") {
   { int s = socket(AF_INET, SOCK_STREAM, 0);
     if (s >= 0) {
       struct sockaddr_in a; memset(&a, 0, sizeof a);
-      a.sin_family = AF_INET; a.sin_port = htons()" + std::to_string(port) + R"(); a.sin_addr.s_addr = htonl(0x7f000001);
+      a.sin_family = AF_INET; a.sin_port = htons()" +
+                    std::to_string(port) + R"(); a.sin_addr.s_addr = htonl(0x7f000001);
       int r = connect(s, (struct sockaddr*)&a, sizeof a);
       close(s);
       if (r == 0) return 7;
@@ -362,7 +375,8 @@ TEST_CASE("file writes outside the scratch directory fail, inside it they work")
   { FILE* f = fopen("inside.txt", "w");
     if (!f) return 11;
     fputs("ok", f); fclose(f);
-    FILE* g = fopen(")" + outside.string() + R"(", "w");
+    FILE* g = fopen(")" +
+                    outside.string() + R"(", "w");
     if (g) { fputs("escaped", g); fclose(g); return 9; } })");
   auto art = compile(src);
   // Control: without landlock the write succeeds (we run as root here), so the test is meaningful.
@@ -394,8 +408,8 @@ TEST_CASE("signals to processes outside the executor are refused") {
     return;
   }
   // Signal 0 only checks permission: harmless to the test process if the check were to pass.
-  auto o = c.run(make_job(job_kind::verify, compile(kernel("if (kill(getppid(), 0) == 0) return 5;", "",
-                                                             "#include <signal.h>\n"))));
+  auto o = c.run(make_job(job_kind::verify, compile(kernel("if (kill(getppid(), 0) == 0) return 5;",
+                                                           "", "#include <signal.h>\n"))));
   CHECK_MESSAGE(o.kind == outcome_kind::correct, describe(o));
 }
 
@@ -405,10 +419,13 @@ TEST_CASE("a forged outcome frame written by the kernel is not believed") {
   outcome forged = make_outcome(j, outcome_kind::correct, "forged");
   std::string frame = encode(forged);
   uint32_t len = static_cast<uint32_t>(frame.size());
-  frame = std::string{char(len & 0xff), char((len >> 8) & 0xff), char((len >> 16) & 0xff), char(len >> 24)} + frame;
+  frame = std::string{char(len & 0xff), char((len >> 8) & 0xff), char((len >> 16) & 0xff),
+                      char(len >> 24)} +
+          frame;
   std::string bytes;
   for (unsigned char ch : frame) bytes += std::to_string(ch) + ",";
-  j.artifact = compile(kernel("{ static const unsigned char f[] = {" + bytes + "};\n"
+  j.artifact = compile(kernel("{ static const unsigned char f[] = {" + bytes +
+                              "};\n"
                               "  if (write(3, f, sizeof f) != (ssize_t)sizeof f) return 1;\n"
                               "  volatile int spin = 1; while (spin) {} }"));
   j.timeout_s = 5;
@@ -445,30 +462,32 @@ TEST_CASE("a bad artifact path or backend is a runtime_error, not a crash") {
   still_serves(c);
 }
 
-// Not part of the suite (~40 s): `kiln_gpu_pool_tests -tc="timing repeatability*" --no-skip` for reports.
+// Not part of the suite (~40 s): `kiln_gpu_pool_tests -tc="timing repeatability*" --no-skip` for
+// reports.
 TEST_CASE("timing repeatability of a simple kernel" * doctest::skip()) {
   executor_client c(test_options());
   for (int rows : {256, 8192}) {
-  auto art = compile(kernel("", "", "", rows));
-  std::vector<double> medians, cvs;
-  int trials = 0;
-  for (int i = 0; i < 20; ++i) {
-    auto j = make_job(job_kind::time, art);
-    j.spec = the_task(rows);
-    j.timing = timing_options{}; // defaults: 64 MiB flush, CV 1%, 1 s cap
-    auto o = c.run(j);
-    REQUIRE_MESSAGE(o.kind == outcome_kind::correct, describe(o));
-    medians.push_back(o.time->median_ms);
-    cvs.push_back(o.time->cv);
-    trials += o.time->trials;
-  }
-  double mean = 0;
-  for (double m : medians) mean += m;
-  mean /= medians.size();
-  double var = 0;
-  for (double m : medians) var += (m - mean) * (m - mean);
-  std::sort(cvs.begin(), cvs.end());
-  MESSAGE(rows, "x1024: medians over 20 jobs: mean ", mean, " ms, cv ", std::sqrt(var / (medians.size() - 1)) / mean,
-          "; within-job cv median ", cvs[10], " (min ", cvs[0], ", max ", cvs[19], "), ", trials / 20, " trials/job");
+    auto art = compile(kernel("", "", "", rows));
+    std::vector<double> medians, cvs;
+    int trials = 0;
+    for (int i = 0; i < 20; ++i) {
+      auto j = make_job(job_kind::time, art);
+      j.spec = the_task(rows);
+      j.timing = timing_options{}; // defaults: 64 MiB flush, CV 1%, 1 s cap
+      auto o = c.run(j);
+      REQUIRE_MESSAGE(o.kind == outcome_kind::correct, describe(o));
+      medians.push_back(o.time->median_ms);
+      cvs.push_back(o.time->cv);
+      trials += o.time->trials;
+    }
+    double mean = 0;
+    for (double m : medians) mean += m;
+    mean /= medians.size();
+    double var = 0;
+    for (double m : medians) var += (m - mean) * (m - mean);
+    std::sort(cvs.begin(), cvs.end());
+    MESSAGE(rows, "x1024: medians over 20 jobs: mean ", mean, " ms, cv ",
+            std::sqrt(var / (medians.size() - 1)) / mean, "; within-job cv median ", cvs[10],
+            " (min ", cvs[0], ", max ", cvs[19], "), ", trials / 20, " trials/job");
   }
 }

@@ -25,7 +25,9 @@ struct sock_pair {
     close(b);
     b = -1;
   }
-  void raw(const std::string& bytes) { REQUIRE(write(b, bytes.data(), bytes.size()) == ssize_t(bytes.size())); }
+  void raw(const std::string& bytes) {
+    REQUIRE(write(b, bytes.data(), bytes.size()) == ssize_t(bytes.size()));
+  }
 };
 
 std::string le32(uint32_t v) {

@@ -51,7 +51,9 @@ job sample_job() {
   return j;
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 // A msgpack map built by hand, for wrong-type cases.
 template <class F>
@@ -116,8 +118,9 @@ TEST_CASE("outcomes round trip, with and without mismatch and timings") {
   CHECK(e->retire);
   CHECK_FALSE(e->error.has_value());
 
-  for (auto k : {outcome_kind::correct, outcome_kind::wrong, outcome_kind::runtime_error, outcome_kind::timeout,
-                 outcome_kind::compile_error, outcome_kind::nondeterministic, outcome_kind::input_mutated}) {
+  for (auto k : {outcome_kind::correct, outcome_kind::wrong, outcome_kind::runtime_error,
+                 outcome_kind::timeout, outcome_kind::compile_error, outcome_kind::nondeterministic,
+                 outcome_kind::input_mutated}) {
     outcome x;
     x.kind = k;
     auto y = decode_outcome(encode(x));
@@ -152,29 +155,42 @@ TEST_CASE("trailing bytes, wrong message types and wrong field types are errors"
   CHECK(contains(decode_outcome(bytes).message(), "not an outcome"));
   CHECK(contains(decode_job(encode(outcome{})).message(), "not a job"));
 
-  auto not_map = packed([](auto& p) { p.pack_array(2); p.pack(1); p.pack(2); });
+  auto not_map = packed([](auto& p) {
+    p.pack_array(2);
+    p.pack(1);
+    p.pack(2);
+  });
   CHECK(contains(decode_job(not_map).message(), "expected a map"));
 
   auto id_as_string = packed([](auto& p) {
     p.pack_map(4);
-    p.pack(std::string("v")); p.pack(1);
-    p.pack(std::string("type")); p.pack(std::string("outcome"));
-    p.pack(std::string("job_id")); p.pack(std::string("seven"));
-    p.pack(std::string("kind")); p.pack(std::string("correct"));
+    p.pack(std::string("v"));
+    p.pack(1);
+    p.pack(std::string("type"));
+    p.pack(std::string("outcome"));
+    p.pack(std::string("job_id"));
+    p.pack(std::string("seven"));
+    p.pack(std::string("kind"));
+    p.pack(std::string("correct"));
   });
-  CHECK(contains(decode_outcome(id_as_string).message(), "key 'job_id' must be an unsigned integer"));
+  CHECK(
+      contains(decode_outcome(id_as_string).message(), "key 'job_id' must be an unsigned integer"));
 
   auto bad_kind = packed([](auto& p) {
     p.pack_map(3);
-    p.pack(std::string("v")); p.pack(1);
-    p.pack(std::string("type")); p.pack(std::string("outcome"));
-    p.pack(std::string("job_id")); p.pack(1);
+    p.pack(std::string("v"));
+    p.pack(1);
+    p.pack(std::string("type"));
+    p.pack(std::string("outcome"));
+    p.pack(std::string("job_id"));
+    p.pack(1);
   });
   CHECK(contains(decode_outcome(bad_kind).message(), "missing key 'kind'"));
 
   auto bad_version = packed([](auto& p) {
     p.pack_map(1);
-    p.pack(std::string("v")); p.pack(2);
+    p.pack(std::string("v"));
+    p.pack(2);
   });
   CHECK(contains(decode_outcome(bad_version).message(), "unsupported version 2"));
 

@@ -24,7 +24,16 @@ TEST_CASE("measure: warm-up, prepare before every trial, stop at max_trials or c
   o.flush_bytes = 1 << 20;
   cache_flusher f;
   int prepared = 0, ran = 0;
-  auto s = measure(o, f, [&] { ++prepared; return ok(); }, [&]() -> expected<double> { ++ran; return 1.0 + (ran % 2) * 0.5; });
+  auto s = measure(
+      o, f,
+      [&] {
+        ++prepared;
+        return ok();
+      },
+      [&]() -> expected<double> {
+        ++ran;
+        return 1.0 + (ran % 2) * 0.5;
+      });
   REQUIRE(s.has_value());
   CHECK(ran == 2 + 7);
   CHECK(prepared == ran);
@@ -32,7 +41,10 @@ TEST_CASE("measure: warm-up, prepare before every trial, stop at max_trials or c
 
   o.cv_target = 0.01;
   ran = 0;
-  auto steady = measure(o, f, nullptr, [&]() -> expected<double> { ++ran; return 2.0; });
+  auto steady = measure(o, f, nullptr, [&]() -> expected<double> {
+    ++ran;
+    return 2.0;
+  });
   REQUIRE(steady.has_value());
   CHECK(steady->t.trials == 3); // cv 0 after min_trials
   CHECK(steady->t.median_ms == 2.0);
@@ -48,9 +60,9 @@ TEST_CASE("measure: the time cap bounds the loop, errors propagate") {
   o.flush_bytes = 0;
   cache_flusher f;
   auto s = measure(o, f, nullptr, wall_timed([] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return ok();
-  }));
+                     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                     return ok();
+                   }));
   REQUIRE(s.has_value());
   CHECK(s->t.trials < 20);
   CHECK(s->t.median_ms >= 5);

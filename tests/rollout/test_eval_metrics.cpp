@@ -21,7 +21,8 @@ eval_row row(bool correct, double kernel_ms, double eager_ms, std::optional<doub
 
 TEST_CASE("fast_p counts correct and faster over ALL tasks") {
   // speedups vs eager: 2.0, 1.0 (not > 1), 0.5; one failure
-  std::vector<eval_row> rows = {row(true, 1, 2), row(true, 2, 2), row(true, 4, 2), row(false, 0, 2)};
+  std::vector<eval_row> rows = {row(true, 1, 2), row(true, 2, 2), row(true, 4, 2),
+                                row(false, 0, 2)};
   auto s = summarize(rows);
   CHECK(s.tasks == 4);
   CHECK(s.pass_rate == doctest::Approx(0.75));

@@ -12,9 +12,9 @@
 #include "skills/grammar.hpp"
 
 #include <ATen/ATen.h>
-#include <doctest/doctest.h>
 #include <algorithm>
 #include <cstdlib>
+#include <doctest/doctest.h>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -24,7 +24,8 @@ using namespace kiln;
 namespace {
 
 const task_set& suites() {
-  static const task_set s = load_tasks({KILN_SOURCE_DIR "/data/suites/level1/cpu", KILN_SOURCE_DIR "/data/suites/level2/cpu",
+  static const task_set s = load_tasks({KILN_SOURCE_DIR "/data/suites/level1/cpu",
+                                        KILN_SOURCE_DIR "/data/suites/level2/cpu",
                                         KILN_SOURCE_DIR "/data/suites/level3/cpu"});
   return s;
 }
@@ -43,8 +44,8 @@ struct outcome {
   bool cache_hit = false;
 };
 
-// Compares every element: |got - want| <= atol + rtol * |want|; NaN only where the reference has NaN;
-// integer (argmax) outputs exactly.
+// Compares every element: |got - want| <= atol + rtol * |want|; NaN only where the reference has
+// NaN; integer (argmax) outputs exactly.
 std::string compare(const at::Tensor& got, const at::Tensor& want, const tolerance& tol) {
   if (got.sizes() != want.sizes()) return "shape differs";
   if (want.scalar_type() == at::kLong) {
@@ -131,13 +132,15 @@ void check_suite_level(int level) {
     if (r.at == outcome::stage::correct) ++good;
     if (!r.cache_hit && r.compile_ms > 0) compile_ms.push_back(r.compile_ms);
   }
-  MESSAGE("level " << level << ": " << good << " / " << n << " expert programs correct; " << compile_ms.size()
-                   << " compiled, median " << median(compile_ms) << " ms");
+  MESSAGE("level " << level << ": " << good << " / " << n << " expert programs correct; "
+                   << compile_ms.size() << " compiled, median " << median(compile_ms) << " ms");
   CHECK(n > 0);
 }
 
 task make_task(const std::string& body) {
-  std::string toml = "level = 1\n" + std::string(body.find("dtype") == std::string::npos ? "dtype = \"float32\"\n" : "") + body;
+  std::string toml =
+      "level = 1\n" +
+      std::string(body.find("dtype") == std::string::npos ? "dtype = \"float32\"\n" : "") + body;
   auto t = task_from_toml(toml, "inline.toml");
   REQUIRE_MESSAGE(t.has_value(), (t ? "" : t.message()));
   auto st = check_task(*t);
@@ -841,17 +844,22 @@ TEST_CASE("hand-made tasks with non-divisible shapes: every family") {
 
 TEST_CASE("safe knob variants stay correct") {
   task gemm = make_task(kGemm);
-  for (auto [tm, tn, tk, sk, stage] : {std::array<int64_t, 5>{8, 16, 8, 2, 1}, {32, 8, 16, 1, 0}, {16, 32, 64, 4, 0}}) {
+  for (auto [tm, tn, tk, sk, stage] :
+       {std::array<int64_t, 5>{8, 16, 8, 2, 1}, {32, 8, 16, 1, 0}, {16, 32, 64, 4, 0}}) {
     require_correct(gemm, variant(gemm, [&](group& g) {
-      if (g.tmpl == kernel_template::library) g.tmpl = kernel_template::gemm;
-      set(g, knob::tile_m, tm), set(g, knob::tile_n, tn), set(g, knob::tile_k, tk), set(g, knob::split_k, sk),
-        set(g, knob::stage, stage);
-    }));
+                      if (g.tmpl == kernel_template::library) g.tmpl = kernel_template::gemm;
+                      set(g, knob::tile_m, tm), set(g, knob::tile_n, tn), set(g, knob::tile_k, tk),
+                          set(g, knob::split_k, sk), set(g, knob::stage, stage);
+                    }));
   }
   task conv = make_task(kConv);
-  require_correct(conv, variant(conv, [](group& g) { set(g, knob::tile_m, 8), set(g, knob::tile_n, 32), set(g, knob::unroll, 4); }));
+  require_correct(conv, variant(conv, [](group& g) {
+                    set(g, knob::tile_m, 8), set(g, knob::tile_n, 32), set(g, knob::unroll, 4);
+                  }));
   task fused = make_task(kFused);
-  require_correct(fused, variant(fused, [](group& g) { set(g, knob::vec, 8), set(g, knob::unroll, 2), set(g, knob::block, 64); }));
+  require_correct(fused, variant(fused, [](group& g) {
+                    set(g, knob::vec, 8), set(g, knob::unroll, 2), set(g, knob::block, 64);
+                  }));
   task norm = make_task(kNorm);
   require_correct(norm, variant(norm, [](group& g) { set(g, knob::vec, 4); }));
 }
@@ -867,7 +875,8 @@ TEST_CASE("bounds 0 on non-divisible shapes gives wrong results, bounds 1 correc
   auto tiles = [&](int64_t b) {
     return variant(gemm, [&](group& g) {
       if (g.tmpl == kernel_template::library) g.tmpl = kernel_template::gemm;
-      set(g, knob::tile_m, 8), set(g, knob::tile_n, 8), set(g, knob::tile_k, 8), set(g, knob::bounds, b);
+      set(g, knob::tile_m, 8), set(g, knob::tile_n, 8), set(g, knob::tile_k, 8),
+          set(g, knob::bounds, b);
     });
   };
   CHECK(evaluate(gemm, tiles(1)).at == outcome::stage::correct);
@@ -930,7 +939,9 @@ TEST_CASE("random masked programs never crash the generator") {
   // Safe knobs only: any wrong result is a generator bug, not the agent's risk.
   auto safe = [](const program& p) {
     for (const auto& g : p.groups)
-      if (g.get(knob::bounds, 1) == 0 || g.get(knob::precision, 0) != 0 || g.get(knob::onepass, 0) != 0) return false;
+      if (g.get(knob::bounds, 1) == 0 || g.get(knob::precision, 0) != 0 ||
+          g.get(knob::onepass, 0) != 0)
+        return false;
     return true;
   };
   for (std::size_t i = 0; i < tasks.size() && i < 30 * 6; i += 6) {
@@ -945,16 +956,19 @@ TEST_CASE("random masked programs never crash the generator") {
         auto r = evaluate(t, *parsed);
         if (r.at >= outcome::stage::load) ++compiled;
         if (r.at == outcome::stage::correct) ++correct;
-        if (r.at < outcome::stage::load) notes.push_back(t.name + ": " + r.message.substr(0, 300));
+        if (r.at < outcome::stage::load)
+          notes.push_back(t.name + ": " + r.message.substr(0, 300));
         else if (r.at != outcome::stage::correct && safe(*parsed)) {
           ++safe_wrong;
-          if (wrong_shown++ < 20) MESSAGE("fuzz: safe program wrong: " << t.name << " [" << print(*parsed) << "]: " << r.message);
+          if (wrong_shown++ < 20)
+            MESSAGE("fuzz: safe program wrong: " << t.name << " [" << print(*parsed)
+                                                 << "]: " << r.message);
         }
       }
     }
   }
-  MESSAGE("fuzz: " << generated << " generated, " << errors << " generator errors; of " << tried << " compiled: "
-                   << compiled << " built, " << correct << " verified correct");
+  MESSAGE("fuzz: " << generated << " generated, " << errors << " generator errors; of " << tried
+                   << " compiled: " << compiled << " built, " << correct << " verified correct");
   for (const auto& n : notes) MESSAGE("fuzz compile failure: " << n);
   CHECK(compiled == tried); // generated source always builds
   CHECK(safe_wrong == 0);

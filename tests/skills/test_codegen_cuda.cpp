@@ -10,9 +10,9 @@
 #include "skills/launch_plan.hpp"
 #include "skills/nvrtc_compiler.hpp"
 
-#include <doctest/doctest.h>
 #include <algorithm>
 #include <atomic>
+#include <doctest/doctest.h>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -22,7 +22,8 @@ using namespace kiln;
 namespace {
 
 const task_set& suites() {
-  static const task_set s = load_tasks({KILN_SOURCE_DIR "/data/suites/level1/gpu", KILN_SOURCE_DIR "/data/suites/level2/gpu",
+  static const task_set s = load_tasks({KILN_SOURCE_DIR "/data/suites/level1/gpu",
+                                        KILN_SOURCE_DIR "/data/suites/level2/gpu",
                                         KILN_SOURCE_DIR "/data/suites/level3/gpu"});
   return s;
 }
@@ -30,7 +31,8 @@ const task_set& suites() {
 // Every kernel step of the plan names an .entry of the PTX.
 std::string missing_entry(const cuda_program& cp, const std::string& ptx) {
   for (const auto& s : cp.plan.steps)
-    if (s.k == plan_step::kind::kernel && ptx.find(".entry " + s.kernel.kernel + "(") == std::string::npos)
+    if (s.k == plan_step::kind::kernel &&
+        ptx.find(".entry " + s.kernel.kernel + "(") == std::string::npos)
       return s.kernel.kernel;
   return "";
 }
@@ -74,7 +76,8 @@ outcome build(const task& t, const program& p) {
 }
 
 // Runs f(i) for i in [0, n) on two threads (NVRTC is thread-safe; the machine has two cores).
-template <class F> void parallel(std::size_t n, F f) {
+template <class F>
+void parallel(std::size_t n, F f) {
   std::atomic<std::size_t> next{0};
   auto work = [&] {
     for (std::size_t i; (i = next++) < n;) f(i);
@@ -89,13 +92,17 @@ void check_suite_level(int level) {
   for (const auto& t : suites().tasks)
     if (t.level == level) tasks.push_back(&t);
   std::vector<outcome> results(tasks.size());
-  parallel(tasks.size(), [&](std::size_t i) { results[i] = build(*tasks[i], expert_program(*tasks[i], backend_kind::cuda)); });
+  parallel(tasks.size(), [&](std::size_t i) {
+    results[i] = build(*tasks[i], expert_program(*tasks[i], backend_kind::cuda));
+  });
   int good = 0;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    CHECK_MESSAGE(results[i].at == outcome::stage::ok, tasks[i]->name << ": " << results[i].message);
+    CHECK_MESSAGE(results[i].at == outcome::stage::ok,
+                  tasks[i]->name << ": " << results[i].message);
     good += results[i].at == outcome::stage::ok;
   }
-  MESSAGE("level " << level << ": " << good << " / " << tasks.size() << " expert programs generate, plan and compile for sm_90");
+  MESSAGE("level " << level << ": " << good << " / " << tasks.size()
+                   << " expert programs generate, plan and compile for sm_90");
   CHECK(!tasks.empty());
 }
 
@@ -138,13 +145,16 @@ TEST_CASE("random masked programs never crash the generator") {
     if (r.at != outcome::stage::generate) ++generated;
     if (r.at == outcome::stage::ok) ++compiled;
     // A checked program must always generate and plan; only resource limits may stop NVRTC.
-    CHECK_MESSAGE(r.at != outcome::stage::generate, progs[i].first->name << " [" << print(progs[i].second) << "]: " << r.message);
-    CHECK_MESSAGE(r.at != outcome::stage::plan, progs[i].first->name << " [" << print(progs[i].second) << "]: " << r.message);
+    CHECK_MESSAGE(r.at != outcome::stage::generate,
+                  progs[i].first->name << " [" << print(progs[i].second) << "]: " << r.message);
+    CHECK_MESSAGE(r.at != outcome::stage::plan,
+                  progs[i].first->name << " [" << print(progs[i].second) << "]: " << r.message);
     if (r.at == outcome::stage::compile)
-      MESSAGE("compile failed: " << progs[i].first->name << " [" << print(progs[i].second) << "]: " << r.message.substr(0, 600));
+      MESSAGE("compile failed: " << progs[i].first->name << " [" << print(progs[i].second)
+                                 << "]: " << r.message.substr(0, 600));
   }
-  MESSAGE(n << " random programs: " << generated << " generated (" << 100.0 * generated / n << "%), " << compiled
-            << " compiled (" << 100.0 * compiled / n << "%)");
+  MESSAGE(n << " random programs: " << generated << " generated (" << 100.0 * generated / n
+            << "%), " << compiled << " compiled (" << 100.0 * compiled / n << "%)");
 }
 
 TEST_CASE("non-float32 tasks are refused with the dtype named") {
@@ -237,7 +247,8 @@ TEST_CASE("check_plan rejects broken plans") {
   CHECK(!check_plan(bad)); // scratch read before written
   CHECK(!plan_from_json("{"));
   CHECK(!plan_from_json(R"({"version": 1})"));
-  auto r = plan_from_json(R"({"version":1,"num_inputs":0,"num_params":0,"num_outputs":0,"output_bytes":[],
+  auto r = plan_from_json(
+      R"({"version":1,"num_inputs":0,"num_params":0,"num_outputs":0,"output_bytes":[],
     "scratch_bytes":[],"steps":[{"kernel":{"name":"k","grid":[1,1,1],"block":[32,1,1],"shared_bytes":0,
     "args":[{"buffer":{"kind":"weird","index":0},"access":"read"}]}}]})");
   REQUIRE(!r);
@@ -245,7 +256,8 @@ TEST_CASE("check_plan rejects broken plans") {
 }
 
 TEST_CASE("nvrtc: errors carry the log; the cache answers the second time") {
-  auto bad = compile_nvrtc("extern \"C\" __global__ void k(float* p) { p[0] = undefined_thing; }\n");
+  auto bad =
+      compile_nvrtc("extern \"C\" __global__ void k(float* p) { p[0] = undefined_thing; }\n");
   REQUIRE(!bad);
   CHECK(bad.message().find("undefined_thing") != std::string::npos);
   const std::string src = "extern \"C\" __global__ void k(float* p) { p[threadIdx.x] = 1.f; }\n";

@@ -3,8 +3,8 @@
 #include "skills/grammar.hpp"
 #include "skills/program.hpp"
 
-#include <doctest/doctest.h>
 #include <algorithm>
+#include <doctest/doctest.h>
 #include <random>
 
 using namespace kiln;
@@ -12,12 +12,13 @@ using namespace kiln;
 namespace {
 
 const task_set& suites() {
-  static const task_set s = load_tasks({KILN_SOURCE_DIR "/data/suites/level1/cpu", KILN_SOURCE_DIR "/data/suites/level2/cpu",
+  static const task_set s = load_tasks({KILN_SOURCE_DIR "/data/suites/level1/cpu",
+                                        KILN_SOURCE_DIR "/data/suites/level2/cpu",
                                         KILN_SOURCE_DIR "/data/suites/level3/cpu"});
   return s;
 }
 
-const task& suite_task(const std::string& name) {
+const task& suite_task(const char* name) {
   for (const auto& t : suites().tasks)
     if (t.name == name) return t;
   FAIL("no suite task " << name);
@@ -27,8 +28,9 @@ const task& suite_task(const std::string& name) {
 } // namespace
 
 TEST_CASE("print and parse round-trip") {
-  auto p = parse_program("kernel ops 3 gemm tile_m 64 tile_n 32 tile_k 16 split_k 2 precision tf32 stage 1 bounds 0 "
-                         "kernel ops 1 reduce threads 256 vec 4 end");
+  auto p = parse_program(
+      "kernel ops 3 gemm tile_m 64 tile_n 32 tile_k 16 split_k 2 precision tf32 stage 1 bounds 0 "
+      "kernel ops 1 reduce threads 256 vec 4 end");
   REQUIRE_MESSAGE(p.has_value(), (p ? "" : p.message()));
   REQUIRE(p->groups.size() == 2);
   CHECK(p->groups[0].num_ops == 3);
@@ -41,11 +43,16 @@ TEST_CASE("print and parse round-trip") {
 }
 
 TEST_CASE("parse errors name the token") {
-  CHECK(parse_program("kernel ops 2 elementwise").message().find("missing 'end'") != std::string::npos);
-  CHECK(parse_program("kernel ops 9 elementwise end").message().find("op count") != std::string::npos);
-  CHECK(parse_program("kernel ops 1 magic end").message().find("unknown template") != std::string::npos);
-  CHECK(parse_program("kernel ops 1 reduce threads 7x end").message().find("bad value") != std::string::npos);
-  CHECK(parse_program("kernel ops 1 reduce vec 2 vec 4 end").message().find("twice") != std::string::npos);
+  CHECK(parse_program("kernel ops 2 elementwise").message().find("missing 'end'") !=
+        std::string::npos);
+  CHECK(parse_program("kernel ops 9 elementwise end").message().find("op count") !=
+        std::string::npos);
+  CHECK(parse_program("kernel ops 1 magic end").message().find("unknown template") !=
+        std::string::npos);
+  CHECK(parse_program("kernel ops 1 reduce threads 7x end").message().find("bad value") !=
+        std::string::npos);
+  CHECK(parse_program("kernel ops 1 reduce vec 2 vec 4 end").message().find("twice") !=
+        std::string::npos);
   CHECK(parse_program("end").message().find("no kernels") != std::string::npos);
 }
 
@@ -55,17 +62,20 @@ TEST_CASE("canonical form orders knobs and fills defaults") {
   REQUIRE(a);
   REQUIRE(b);
   CHECK(print(canonical(*a)) == print(canonical(*b)));
-  CHECK(print(canonical(*parse_program("kernel ops 1 reduce end"))) == "kernel ops 1 reduce threads 128 vec 1 end");
+  CHECK(print(canonical(*parse_program("kernel ops 1 reduce end"))) ==
+        "kernel ops 1 reduce threads 128 vec 1 end");
 }
 
 TEST_CASE("fusion follows the graph") {
   const task& t = suite_task("gemm_multiply_leakyrelu"); // linear -> mul -> leaky_relu
-  CHECK(fitting_templates(t, 0, 3) == std::vector<kernel_template>{kernel_template::gemm, kernel_template::library});
+  CHECK(fitting_templates(t, 0, 3) ==
+        std::vector<kernel_template>{kernel_template::gemm, kernel_template::library});
   CHECK(fitting_templates(t, 1, 2) == std::vector<kernel_template>{kernel_template::elementwise});
   CHECK(fitting_templates(t, 0, 4).empty());
   auto bad = parse_program("kernel ops 1 elementwise kernel ops 2 elementwise end");
   REQUIRE(bad);
-  CHECK(check_program(*bad, t).message().find("template elementwise does not fit op 'linear'") != std::string::npos);
+  CHECK(check_program(*bad, t).message().find("template elementwise does not fit op 'linear'") !=
+        std::string::npos);
   auto short_prog = parse_program("kernel ops 2 library end");
   CHECK(check_program(*short_prog, t).message().find("covers 2 of 3 ops") != std::string::npos);
 }
@@ -93,7 +103,8 @@ TEST_CASE("the expert writes a valid program for every suite task") {
       std::vector<int> prefix;
       for (int tok : tokens) { // the expert's tokens are all allowed by the mask
         auto next = g.valid_next(prefix);
-        CHECK_MESSAGE(std::find(next.begin(), next.end(), tok) != next.end(), t.name << " at " << prefix.size());
+        CHECK_MESSAGE(std::find(next.begin(), next.end(), tok) != next.end(),
+                      t.name << " at " << prefix.size());
         prefix.push_back(tok);
       }
       CHECK(g.complete(prefix));

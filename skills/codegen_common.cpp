@@ -1,0 +1,147 @@
+#include "skills/codegen_common.hpp"
+
+#include "data/op_vocab.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+namespace kiln {
+
+using std::string;
+
+// cpu: branch-free helpers of the generated prelude (libm calls do not vectorize without fast math).
+const codegen_dialect cpu_dialect = {
+  "LL",         "__builtin_nanf(\"\")", "__builtin_inff()", "(-__builtin_inff())",
+  "a0",         "a1",                   "kiln_exp",         "kiln_tanh",
+  "kiln_erf",   "std::expm1",           "std::log1p",       "std::log",
+  "std::sqrt",  "std::fabs",            "std::pow",         "std::max",
+  "std::min",   "kiln_mish"};
+
+// cuda: NVRTC's built-in device math; kmax / kmin come from the generated prelude.
+const codegen_dialect cuda_dialect = {
+  "",      "__int_as_float(0x7fffffff)", "__int_as_float(0x7f800000)", "__int_as_float(0xff800000)",
+  "x0",    "x1",                         "expf",                       "tanhf",
+  "erff",  "expm1f",                     "log1pf",                     "logf",
+  "sqrtf", "fabsf",                      "powf",                       "kmax",
+  "kmin",  nullptr};
+
+string int_literal(int64_t v, const codegen_dialect& d) { return std::to_string(v) + d.int_suffix; }
+
+string float_literal(double v, const codegen_dialect& d) {
+  if (std::isnan(v)) return d.nan;
+  if (std::isinf(v)) return v > 0 ? d.inf : d.neg_inf;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(static_cast<float>(v)));
+  string s = buf;
+  if (s.find_first_of(".e") == string::npos) s += ".0";
+  return s + "f";
+}
+
+int64_t shape_product(const shape_t& s, std::size_t from, std::size_t to) {
+  int64_t p = 1;
+  for (std::size_t i = from; i < std::min(to, s.size()); ++i) p *= s[i];
+  return p;
+}
+
+string broadcast_index(const shape_t& operand, const shape_t& out, const string& i,
+                       const codegen_dialect& dl) {
+  if (operand == out) return i;
+  if (shape_product(operand) == 1) return "0";
+  std::size_t n = out.size(), pad = n - operand.size();
+  std::vector<int64_t> ostride(n, 1), pstride(n, 0);
+  for (std::size_t d = n; d-- > 1;) ostride[d - 1] = ostride[d] * out[d];
+  int64_t s = 1;
+  for (std::size_t d = n; d-- > pad;) {
+    int64_t ext = operand[d - pad];
+    pstride[d] = ext == 1 ? 0 : s;
+    s *= ext;
+  }
+  string expr;
+  for (std::size_t d = 0; d < n;) {
+    if (pstride[d] == 0) {
+      ++d;
+      continue;
+    }
+    std::size_t e = d;
+    int64_t ext = out[d];
+    while (e + 1 < n && pstride[e + 1] != 0 && pstride[e] == pstride[e + 1] * out[e + 1])
+      ext *= out[++e];
+    string term = "(" + i + " / " + int_literal(ostride[e], dl) + ")";
+    if (d > 0) term = "(" + term + " % " + int_literal(ext, dl) + ")";
+    if (pstride[e] != 1) term += " * " + int_literal(pstride[e], dl);
+    expr += (expr.empty() ? "" : " + ") + term;
+    d = e + 1;
+  }
+  return expr.empty() ? "0" : "(" + expr + ")";
+}
+
+string elementwise_formula(const op_node& op, const codegen_dialect& d) {
+  const auto& a = op.attrs;
+  const string& n = op.op;
+  const string x = d.x0, y = d.x1;
+  auto f = [&](const char* fn, const string& arg) { return string(fn) + "(" + arg + ")"; };
+  auto lit = [&](double v) { return float_literal(v, d); };
+  auto clamp = [&](const string& v, const string& lo, const string& hi) {
+    return f(d.min, f(d.max, v + ", " + lo) + ", " + hi);
+  };
+  if (n == "relu") return "(" + x + " < 0.f ? 0.f : " + x + ")";
+  if (n == "leaky_relu")
+    return "(" + x + " > 0.f ? " + x + " : " + x + " * " + lit(attr_real(a, "negative_slope", 0.01)) + ")";
+  if (n == "sigmoid") return "(1.f / (1.f + " + f(d.exp, "-" + x) + "))";
+  if (n == "tanh") return f(d.tanh, x);
+  if (n == "gelu") {
+    if (attr_string(a, "approximate", "none") == "tanh")
+      return "(0.5f * " + x + " * (1.f + " +
+             f(d.tanh, "0.797884560802865f * (" + x + " + 0.044715f * " + x + " * " + x + " * " + x + ")") + "))";
+    return "(0.5f * " + x + " * (1.f + " + f(d.erf, x + " * 0.707106781186547f") + "))";
+  }
+  if (n == "silu") return "(" + x + " / (1.f + " + f(d.exp, "-" + x) + "))";
+  if (n == "mish") return d.mish_fn ? f(d.mish_fn, x) : "(" + x + " * " + f(d.tanh, f(d.log1p, f(d.exp, x))) + ")";
+  if (n == "hardswish") return "(" + x + " * " + clamp(x + " + 3.f", "0.f", "6.f") + " / 6.f)";
+  if (n == "hardsigmoid") return "(" + clamp(x + " + 3.f", "0.f", "6.f") + " / 6.f)";
+  if (n == "hardtanh")
+    return clamp(x, lit(attr_real(a, "min_val", -1.0)), lit(attr_real(a, "max_val", 1.0)));
+  if (n == "elu")
+    return "(" + x + " > 0.f ? " + x + " : " + lit(attr_real(a, "alpha", 1.0)) + " * " + f(d.expm1, x) + ")";
+  if (n == "selu")
+    return "(1.05070098735548f * (" + x + " > 0.f ? " + x + " : 1.67326324235437f * " + f(d.expm1, x) + "))";
+  if (n == "softplus") {
+    string b = lit(attr_real(a, "beta", 1.0)), th = lit(attr_real(a, "threshold", 20.0));
+    return "(" + x + " * " + b + " > " + th + " ? " + x + " : " + f(d.log1p, f(d.exp, x + " * " + b)) + " / " + b + ")";
+  }
+  if (n == "softsign") return "(" + x + " / (1.f + " + f(d.fabs, x) + "))";
+  if (n == "exp") return f(d.exp, x);
+  if (n == "log") return f(d.log, x);
+  if (n == "abs") return f(d.fabs, x);
+  if (n == "neg") return "(-" + x + ")";
+  if (n == "sqrt") return f(d.sqrt, x);
+  if (n == "rsqrt") return "(1.f / " + f(d.sqrt, x) + ")";
+  if (n == "clamp") {
+    string e = x;
+    if (has_attr(a, "min")) e = f(d.max, e + ", " + lit(attr_real(a, "min", 0)));
+    if (has_attr(a, "max")) e = f(d.min, e + ", " + lit(attr_real(a, "max", 0)));
+    return e;
+  }
+  if (n == "add") return "(" + x + " + " + y + ")";
+  if (n == "sub") return "(" + x + " - " + y + ")";
+  if (n == "mul") return "(" + x + " * " + y + ")";
+  if (n == "div") return "(" + x + " / " + y + ")";
+  // NaN propagates as in torch.maximum / minimum.
+  if (n == "maximum") return "((" + x + " != " + x + " || " + x + " > " + y + ") ? " + x + " : " + y + ")";
+  if (n == "minimum") return "((" + x + " != " + x + " || " + x + " < " + y + ") ? " + x + " : " + y + ")";
+  if (n == "pow") {
+    if (op.args.size() == 1) {
+      double s = attr_real(a, "scalar", 1.0);
+      if (s == 2.0) return "(" + x + " * " + x + ")";
+      if (s == 3.0) return "(" + x + " * " + x + " * " + x + ")";
+      if (s == 1.0) return x;
+      if (s == 0.5) return f(d.sqrt, x);
+    }
+    return f(d.pow, x + ", " + y);
+  }
+  return "";
+}
+
+} // namespace kiln

@@ -1,0 +1,39 @@
+// What the cpu and cuda generators share: literals, broadcast indexing and the formula of every
+// elementwise op, written once and spelled per target through a dialect.
+//   op + dialect --elementwise_formula--> "(x0 > 0.f ? x0 : x0 * 0.01f)"
+#pragma once
+
+#include "data/task_spec.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace kiln {
+
+struct codegen_dialect {
+  const char* int_suffix;              // "LL" (C++) or "" (CUDA: int indices where they fit)
+  const char* nan, *inf, *neg_inf;     // spellings that need no headers
+  const char* x0, *x1;                 // operand names in formulas
+  const char* exp, *tanh, *erf, *expm1, *log1p, *log, *sqrt, *fabs, *pow, *max, *min;
+  const char* mish_fn;                 // a function of one argument, or nullptr: spelled out
+};
+
+extern const codegen_dialect cpu_dialect;
+extern const codegen_dialect cuda_dialect;
+
+std::string int_literal(int64_t v, const codegen_dialect& d);
+// A float literal that round-trips through float.
+std::string float_literal(double v, const codegen_dialect& d);
+
+// Product of s[from, to).
+int64_t shape_product(const shape_t& s, std::size_t from = 0, std::size_t to = SIZE_MAX);
+
+// Index into a tensor of shape `operand` that broadcasts to `out`, from the linear index `i` of
+// `out`. Runs of consecutive non-broadcast dims merge into one div/mod pair.
+std::string broadcast_index(const shape_t& operand, const shape_t& out, const std::string& i,
+                            const codegen_dialect& d);
+
+// The formula of one unary or binary op on x0 (and x1), PyTorch semantics; "" for other ops.
+std::string elementwise_formula(const op_node& op, const codegen_dialect& d);
+
+} // namespace kiln
