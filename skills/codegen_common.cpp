@@ -11,21 +11,46 @@ namespace kiln {
 
 using std::string;
 
-// cpu: branch-free helpers of the generated prelude (libm calls do not vectorize without fast math).
-const codegen_dialect cpu_dialect = {
-  "LL",         "__builtin_nanf(\"\")", "__builtin_inff()", "(-__builtin_inff())",
-  "a0",         "a1",                   "kiln_exp",         "kiln_tanh",
-  "kiln_erf",   "std::expm1",           "std::log1p",       "std::log",
-  "std::sqrt",  "std::fabs",            "std::pow",         "std::max",
-  "std::min",   "kiln_mish"};
+// cpu: branch-free helpers of the generated prelude (libm calls do not vectorize without fast
+// math).
+const codegen_dialect cpu_dialect = {"LL",
+                                     "__builtin_nanf(\"\")",
+                                     "__builtin_inff()",
+                                     "(-__builtin_inff())",
+                                     "a0",
+                                     "a1",
+                                     "kiln_exp",
+                                     "kiln_tanh",
+                                     "kiln_erf",
+                                     "std::expm1",
+                                     "std::log1p",
+                                     "std::log",
+                                     "std::sqrt",
+                                     "std::fabs",
+                                     "std::pow",
+                                     "std::max",
+                                     "std::min",
+                                     "kiln_mish"};
 
 // cuda: NVRTC's built-in device math; kmax / kmin come from the generated prelude.
-const codegen_dialect cuda_dialect = {
-  "",      "__int_as_float(0x7fffffff)", "__int_as_float(0x7f800000)", "__int_as_float(0xff800000)",
-  "x0",    "x1",                         "expf",                       "tanhf",
-  "erff",  "expm1f",                     "log1pf",                     "logf",
-  "sqrtf", "fabsf",                      "powf",                       "kmax",
-  "kmin",  nullptr};
+const codegen_dialect cuda_dialect = {"",
+                                      "__int_as_float(0x7fffffff)",
+                                      "__int_as_float(0x7f800000)",
+                                      "__int_as_float(0xff800000)",
+                                      "x0",
+                                      "x1",
+                                      "expf",
+                                      "tanhf",
+                                      "erff",
+                                      "expm1f",
+                                      "log1pf",
+                                      "logf",
+                                      "sqrtf",
+                                      "fabsf",
+                                      "powf",
+                                      "kmax",
+                                      "kmin",
+                                      nullptr};
 
 string int_literal(int64_t v, const codegen_dialect& d) { return std::to_string(v) + d.int_suffix; }
 
@@ -77,6 +102,30 @@ string broadcast_index(const shape_t& operand, const shape_t& out, const string&
   return expr.empty() ? "0" : "(" + expr + ")";
 }
 
+conv_geometry conv_geometry_of(const task& t, const op_node& op) {
+  const op_info* info = find_op(op.op);
+  std::size_t sd = static_cast<std::size_t>(info->spatial);
+  const shape_t& x = value_shape(t, find_value(t, op.args[0]));
+  const shape_t& w = value_shape(t, find_value(t, op.args[1]));
+  auto pad3 = [](std::vector<int64_t> v, int64_t fill) {
+    while (v.size() < 3) v.insert(v.begin(), fill);
+    return v;
+  };
+  conv_geometry g;
+  g.transposed = info->family == op_family::conv_transpose;
+  g.batch = x[0];
+  g.ci = x[1];
+  g.co = op.shape[1];
+  g.groups = attr_int(op.attrs, "groups", 1);
+  g.in = pad3(shape_t(x.begin() + 2, x.end()), 1);
+  g.ker = pad3(shape_t(w.begin() + 2, w.end()), 1);
+  g.out = pad3(shape_t(op.shape.begin() + 2, op.shape.end()), 1);
+  g.stride = pad3(attr_ints(op.attrs, "stride", sd, 1), 1);
+  g.pad = pad3(attr_ints(op.attrs, "padding", sd, 0), 0);
+  g.dilation = pad3(attr_ints(op.attrs, "dilation", sd, 1), 1);
+  return g;
+}
+
 string elementwise_formula(const op_node& op, const codegen_dialect& d) {
   const auto& a = op.attrs;
   const string& n = op.op;
@@ -88,28 +137,35 @@ string elementwise_formula(const op_node& op, const codegen_dialect& d) {
   };
   if (n == "relu") return "(" + x + " < 0.f ? 0.f : " + x + ")";
   if (n == "leaky_relu")
-    return "(" + x + " > 0.f ? " + x + " : " + x + " * " + lit(attr_real(a, "negative_slope", 0.01)) + ")";
+    return "(" + x + " > 0.f ? " + x + " : " + x + " * " +
+           lit(attr_real(a, "negative_slope", 0.01)) + ")";
   if (n == "sigmoid") return "(1.f / (1.f + " + f(d.exp, "-" + x) + "))";
   if (n == "tanh") return f(d.tanh, x);
   if (n == "gelu") {
     if (attr_string(a, "approximate", "none") == "tanh")
       return "(0.5f * " + x + " * (1.f + " +
-             f(d.tanh, "0.797884560802865f * (" + x + " + 0.044715f * " + x + " * " + x + " * " + x + ")") + "))";
+             f(d.tanh,
+               "0.797884560802865f * (" + x + " + 0.044715f * " + x + " * " + x + " * " + x + ")") +
+             "))";
     return "(0.5f * " + x + " * (1.f + " + f(d.erf, x + " * 0.707106781186547f") + "))";
   }
   if (n == "silu") return "(" + x + " / (1.f + " + f(d.exp, "-" + x) + "))";
-  if (n == "mish") return d.mish_fn ? f(d.mish_fn, x) : "(" + x + " * " + f(d.tanh, f(d.log1p, f(d.exp, x))) + ")";
+  if (n == "mish")
+    return d.mish_fn ? f(d.mish_fn, x) : "(" + x + " * " + f(d.tanh, f(d.log1p, f(d.exp, x))) + ")";
   if (n == "hardswish") return "(" + x + " * " + clamp(x + " + 3.f", "0.f", "6.f") + " / 6.f)";
   if (n == "hardsigmoid") return "(" + clamp(x + " + 3.f", "0.f", "6.f") + " / 6.f)";
   if (n == "hardtanh")
     return clamp(x, lit(attr_real(a, "min_val", -1.0)), lit(attr_real(a, "max_val", 1.0)));
   if (n == "elu")
-    return "(" + x + " > 0.f ? " + x + " : " + lit(attr_real(a, "alpha", 1.0)) + " * " + f(d.expm1, x) + ")";
+    return "(" + x + " > 0.f ? " + x + " : " + lit(attr_real(a, "alpha", 1.0)) + " * " +
+           f(d.expm1, x) + ")";
   if (n == "selu")
-    return "(1.05070098735548f * (" + x + " > 0.f ? " + x + " : 1.67326324235437f * " + f(d.expm1, x) + "))";
+    return "(1.05070098735548f * (" + x + " > 0.f ? " + x + " : 1.67326324235437f * " +
+           f(d.expm1, x) + "))";
   if (n == "softplus") {
     string b = lit(attr_real(a, "beta", 1.0)), th = lit(attr_real(a, "threshold", 20.0));
-    return "(" + x + " * " + b + " > " + th + " ? " + x + " : " + f(d.log1p, f(d.exp, x + " * " + b)) + " / " + b + ")";
+    return "(" + x + " * " + b + " > " + th + " ? " + x + " : " +
+           f(d.log1p, f(d.exp, x + " * " + b)) + " / " + b + ")";
   }
   if (n == "softsign") return "(" + x + " / (1.f + " + f(d.fabs, x) + "))";
   if (n == "exp") return f(d.exp, x);
@@ -129,8 +185,10 @@ string elementwise_formula(const op_node& op, const codegen_dialect& d) {
   if (n == "mul") return "(" + x + " * " + y + ")";
   if (n == "div") return "(" + x + " / " + y + ")";
   // NaN propagates as in torch.maximum / minimum.
-  if (n == "maximum") return "((" + x + " != " + x + " || " + x + " > " + y + ") ? " + x + " : " + y + ")";
-  if (n == "minimum") return "((" + x + " != " + x + " || " + x + " < " + y + ") ? " + x + " : " + y + ")";
+  if (n == "maximum")
+    return "((" + x + " != " + x + " || " + x + " > " + y + ") ? " + x + " : " + y + ")";
+  if (n == "minimum")
+    return "((" + x + " != " + x + " || " + x + " < " + y + ") ? " + x + " : " + y + ")";
   if (n == "pow") {
     if (op.args.size() == 1) {
       double s = attr_real(a, "scalar", 1.0);

@@ -7,15 +7,16 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiln {
 
 struct codegen_dialect {
-  const char* int_suffix;              // "LL" (C++) or "" (CUDA: int indices where they fit)
-  const char* nan, *inf, *neg_inf;     // spellings that need no headers
-  const char* x0, *x1;                 // operand names in formulas
-  const char* exp, *tanh, *erf, *expm1, *log1p, *log, *sqrt, *fabs, *pow, *max, *min;
-  const char* mish_fn;                 // a function of one argument, or nullptr: spelled out
+  const char* int_suffix;          // "LL" (C++) or "" (CUDA: int indices where they fit)
+  const char *nan, *inf, *neg_inf; // spellings that need no headers
+  const char *x0, *x1;             // operand names in formulas
+  const char *exp, *tanh, *erf, *expm1, *log1p, *log, *sqrt, *fabs, *pow, *max, *min;
+  const char* mish_fn; // a function of one argument, or nullptr: spelled out
 };
 
 extern const codegen_dialect cpu_dialect;
@@ -32,6 +33,15 @@ int64_t shape_product(const shape_t& s, std::size_t from = 0, std::size_t to = S
 // `out`. Runs of consecutive non-broadcast dims merge into one div/mod pair.
 std::string broadcast_index(const shape_t& operand, const shape_t& out, const std::string& i,
                             const codegen_dialect& d);
+
+// A conv / conv_transpose op's geometry, spatial lists padded to 3 dims with unit dims in front,
+// so one loop nest serves 1d, 2d and 3d.
+struct conv_geometry {
+  bool transposed = false;
+  int64_t batch = 0, ci = 0, co = 0, groups = 1;
+  std::vector<int64_t> in, ker, out, stride, pad, dilation; // 3 entries each
+};
+conv_geometry conv_geometry_of(const task& t, const op_node& op);
 
 // The formula of one unary or binary op on x0 (and x1), PyTorch semantics; "" for other ops.
 std::string elementwise_formula(const op_node& op, const codegen_dialect& d);

@@ -291,24 +291,13 @@ void emit_gemm(gen& g, const group& grp, const gemm_desc& d, const string& dst) 
 }
 
 // ---- conv / conv_transpose: direct loops; 1d / 2d pad to 3d with unit dims ----
-void emit_conv(gen& g, const group& grp, const op_node& op, const op_info& info,
-               const string& dst) {
+void emit_conv(gen& g, const group& grp, const op_node& op, const string& dst) {
   auto& o = g.o;
-  std::size_t sd = static_cast<std::size_t>(info.spatial);
-  bool transposed = info.family == op_family::conv_transpose;
-  const shape_t& x = g.shape(op.args[0]);
-  const shape_t& w = g.shape(op.args[1]);
-  auto pad3 = [&](std::vector<int64_t> v, int64_t fill) {
-    while (v.size() < 3) v.insert(v.begin(), fill);
-    return v;
-  };
-  auto in = pad3(shape_t(x.begin() + 2, x.end()), 1),
-       ker = pad3(shape_t(w.begin() + 2, w.end()), 1);
-  auto out = pad3(shape_t(op.shape.begin() + 2, op.shape.end()), 1);
-  auto st = pad3(attr_ints(op.attrs, "stride", sd, 1), 1),
-       pd = pad3(attr_ints(op.attrs, "padding", sd, 0), 0);
-  auto dl = pad3(attr_ints(op.attrs, "dilation", sd, 1), 1);
-  int64_t groups = attr_int(op.attrs, "groups", 1), ci = x[1], co = op.shape[1];
+  const conv_geometry cg = conv_geometry_of(g.t, op);
+  const bool transposed = cg.transposed;
+  const auto &in = cg.in, &ker = cg.ker, &out = cg.out;
+  const auto &st = cg.stride, &pd = cg.pad, &dl = cg.dilation;
+  const int64_t groups = cg.groups, ci = cg.ci, co = cg.co, batch = cg.batch;
   int64_t tm = grp.get(knob::tile_m, 16), tn = grp.get(knob::tile_n, 16),
           unroll = grp.get(knob::unroll, 1);
   int64_t precision = grp.get(knob::precision, 0);
@@ -329,7 +318,7 @@ void emit_conv(gen& g, const group& grp, const op_node& op, const op_info& info,
     << ", PB = " << lit(pb) << ";\n"
     << "  const float* X = " << g.ptr(op.args[0]) << ";\n  const float* W = " << g.ptr(op.args[1])
     << ";\n"
-    << "  pfor(host, " << lit(x[0] * groups * mb * pb) << ", 1, [&](int64_t wb, int64_t we) {\n"
+    << "  pfor(host, " << lit(batch * groups * mb * pb) << ", 1, [&](int64_t wb, int64_t we) {\n"
     << "   for (int64_t w = wb; w < we; ++w) {\n"
     << "    const int64_t n = w / (G * MB * PB), gr = (w / (MB * PB)) % G, ob = (w / PB) % MB, pq "
        "= w % PB;\n"
@@ -877,7 +866,7 @@ expected<std::string> generate_cpu(const task& t, const program& p) {
     case kernel_template::library:
       emit_library(g, grp, describe_gemm(g, anchor, info->family), dst);
       break;
-    case kernel_template::conv: emit_conv(g, grp, anchor, *info, dst); break;
+    case kernel_template::conv: emit_conv(g, grp, anchor, dst); break;
     case kernel_template::pool: emit_pool(g, grp, anchor, *info, dst); break;
     case kernel_template::norm: emit_norm(g, grp, anchor, *info, dst); break;
     case kernel_template::reduce:

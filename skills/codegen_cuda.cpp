@@ -168,7 +168,9 @@ struct gen {
   }
 };
 
-string elementwise_formula(const op_node& op) { return kiln::elementwise_formula(op, cuda_dialect); }
+string elementwise_formula(const op_node& op) {
+  return kiln::elementwise_formula(op, cuda_dialect);
+}
 
 // Code applying ops [from, to] to the V lanes r[0..V) at output indices i .. i + V - 1. An argument
 // that is the previous op of the chain reads the register; a full-shape operand is a vector load; a
@@ -540,23 +542,12 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
 
 // ---- conv / conv_transpose: direct; 1d / 2d pad to 3d with unit dims. A block owns TM output
 // channels of one group x TN output positions of one image; TX x TY threads each RM x RN. ----
-void emit_conv(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info,
-               const string& dst) {
-  std::size_t sd = static_cast<std::size_t>(info.spatial);
-  bool transposed = info.family == op_family::conv_transpose;
-  const shape_t& x = g.shape(op.args[0]);
-  const shape_t& w = g.shape(op.args[1]);
-  auto pad3 = [&](std::vector<int64_t> v, int64_t fill) {
-    while (v.size() < 3) v.insert(v.begin(), fill);
-    return v;
-  };
-  auto in = pad3(shape_t(x.begin() + 2, x.end()), 1),
-       ker = pad3(shape_t(w.begin() + 2, w.end()), 1);
-  auto out = pad3(shape_t(op.shape.begin() + 2, op.shape.end()), 1);
-  auto st = pad3(attr_ints(op.attrs, "stride", sd, 1), 1),
-       pd = pad3(attr_ints(op.attrs, "padding", sd, 0), 0);
-  auto dl = pad3(attr_ints(op.attrs, "dilation", sd, 1), 1);
-  int64_t groups = attr_int(op.attrs, "groups", 1), ci = x[1], co = op.shape[1];
+void emit_conv(gen& g, const group& grp, const string& pfx, const op_node& op, const string& dst) {
+  const conv_geometry cg = conv_geometry_of(g.t, op);
+  const bool transposed = cg.transposed;
+  const auto &in = cg.in, &ker = cg.ker, &out = cg.out;
+  const auto &st = cg.stride, &pd = cg.pad, &dl = cg.dilation;
+  const int64_t groups = cg.groups, ci = cg.ci, co = cg.co, batch = cg.batch;
   int64_t TM = grp.get(knob::tile_m, 16), TN = grp.get(knob::tile_n, 16),
           unroll = grp.get(knob::unroll, 1);
   int64_t precision = grp.get(knob::precision, 0);
@@ -655,7 +646,7 @@ void emit_conv(gen& g, const group& grp, const string& pfx, const op_node& op, c
     << epilogue(g, kb, grp, 1) << "      }\n"
     << "      " << dst << "[i] = r[0];\n"
     << "    }\n  }\n";
-  g.launch(kb, x[0] * groups * mb.count * pb.count, threads);
+  g.launch(kb, batch * groups * mb.count * pb.count, threads);
 }
 
 // ---- pools: input viewed as [planes, D, H, W]; one output per lane ----
@@ -1483,7 +1474,7 @@ expected<cuda_program> generate_cuda(const task& t, const program& p) {
     case kernel_template::library:
       emit_library(g, grp, pfx, describe_gemm(g, anchor, info->family), dst);
       break;
-    case kernel_template::conv: emit_conv(g, grp, pfx, anchor, *info, dst); break;
+    case kernel_template::conv: emit_conv(g, grp, pfx, anchor, dst); break;
     case kernel_template::pool: emit_pool(g, grp, pfx, anchor, *info, dst); break;
     case kernel_template::norm: emit_norm(g, grp, pfx, anchor, *info, dst); break;
     case kernel_template::reduce:
