@@ -1,5 +1,6 @@
 #include "data/task_hash.hpp"
 #include "data/task_parse.hpp"
+#include "tests/data/sample_tasks.hpp"
 
 #include <doctest/doctest.h>
 
@@ -7,38 +8,7 @@ using namespace kiln;
 
 namespace {
 
-const char* kGemm = R"(
-name = "gemm_multiply_leakyrelu"
-level = 2
-outputs = ["y2"]
-[[inputs]]
-name = "x"
-shape = [128, 1024]
-init = "uniform"
-[[params]]
-name = "w"
-shape = [512, 1024]
-init = "kaiming_uniform"
-[[params]]
-name = "b"
-shape = [512]
-init = "bias_uniform"
-of = "w"
-[[ops]]
-out = "y0"
-op = "linear"
-args = ["x", "w", "b"]
-[[ops]]
-out = "y1"
-op = "mul"
-args = ["y0"]
-attrs = { scalar = 2.0 }
-[[ops]]
-out = "y2"
-op = "leaky_relu"
-args = ["y1"]
-attrs = { negative_slope = 0.01 }
-)";
+using test::kGemm;
 
 task gemm() {
   auto t = task_from_toml(kGemm, "gemm.toml");
