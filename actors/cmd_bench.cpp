@@ -5,6 +5,9 @@
 #include "actors/eval_runner.hpp"
 #include "data/task_set.hpp"
 #include "gpu_pool/executor_client.hpp"
+#ifdef KILN_HAVE_CUDA
+#include "gpu_pool/cuda_compiler.hpp"
+#endif
 #include "skills/expert.hpp"
 #include "skills/grammar.hpp"
 
@@ -51,6 +54,52 @@ extern "C" const int kiln_abi_version = KILN_ABI_VERSION;
 extern "C" int kiln_run(const kiln_host*, const void* const*, const void* const*, void* const* out) {
   volatile float* p = nullptr; *p = 1.0f; ((float*)out[0])[0] = 0; return 0;
 })";
+
+// A cuda kernel that writes through a null pointer: an illegal address, which damages the
+// context, so the executor retires and a fresh one is started.
+const char* kIllegalAddress = R"(extern "C" __global__ void crash(float* y) {
+  *(volatile float*)0 = 1.0f; y[0] = 0.0f;
+})";
+
+// An artifact that takes the executor down, for the recovery figure.
+expected<artifact_ref> crash_artifact(const pool_config& cfg, const task& t) {
+  artifact_ref a;
+  a.backend = to_string(cfg.backend);
+  if (cfg.backend == backend_kind::cpu) {
+    auto seg = compile_cpu(kSegfault, cfg.compile);
+    if (!seg) return seg.err();
+    a.path = seg->so_path;
+    a.key = seg->key;
+    return a;
+  }
+#ifdef KILN_HAVE_CUDA
+  cuda_program p;
+  p.source = kIllegalAddress;
+  p.plan.num_inputs = static_cast<int32_t>(t.inputs.size());
+  p.plan.num_params = static_cast<int32_t>(t.params.size());
+  p.plan.num_outputs = static_cast<int32_t>(t.outputs.size());
+  p.plan.output_bytes.assign(t.outputs.size(), 4);
+  for (std::size_t o = 0; o < t.outputs.size(); ++o) {
+    plan_step st;
+    st.kernel.kernel = "crash";
+    kernel_arg arg;
+    arg.buffer = {buffer_kind::output, static_cast<int32_t>(o)};
+    arg.mode = access::write;
+    st.kernel.args.push_back(arg);
+    p.plan.steps.push_back(st);
+  }
+  cuda_compile_options co;
+  co.cache_dir = cfg.compile.cache_dir;
+  co.arch = cfg.cuda_arch;
+  auto c = compile_cuda(p, co);
+  if (!c) return c.err();
+  a.path = c->cubin_path;
+  a.key = c->key;
+  return a;
+#else
+  return error{"no cuda backend in this build"};
+#endif
+}
 
 } // namespace
 
@@ -105,7 +154,7 @@ int cmd_bench(const common_args& common, const bench_args& args) {
   {
     pool_handle pool(sys, *cfg);
     std::vector<std::string> programs;
-    for (const auto& t : set.tasks) programs.push_back(print(expert_program(t, backend_kind::cpu)));
+    for (const auto& t : set.tasks) programs.push_back(print(expert_program(t, cfg->backend)));
     for (std::size_t i = 0; i < set.tasks.size(); ++i) // warm the compile cache
       pool.run(bench_job(set.tasks[i], job_kind::verify, 1), programs[i]);
     pool_handle fresh(sys, *cfg); // fresh counters; the disk cache stays warm
@@ -138,7 +187,7 @@ int cmd_bench(const common_args& common, const bench_args& args) {
     const task* pick = &set.tasks.front();
     for (const auto& t : set.tasks) // the slowest-eager task: the >= 100 us regime
       if (t.ops.size() >= pick->ops.size()) pick = &t;
-    auto prog = print(expert_program(*pick, backend_kind::cpu));
+    auto prog = print(expert_program(*pick, cfg->backend));
     std::vector<double> medians;
     for (int i = 0; i < 20; ++i) {
       auto o = pool.run(bench_job(*pick, job_kind::time, 1), prog);
@@ -158,18 +207,19 @@ int cmd_bench(const common_args& common, const bench_args& args) {
   }
   // 4. Recovery: a crashing kernel kills the executor; time until the next job is served.
   {
-    executor_client client(cfg->executor);
-    auto seg = compile_cpu(kSegfault, cfg->compile);
+    executor_options eo = cfg->executor;
+    if (cfg->backend == backend_kind::cuda) eo.cuda_device = 0;
+    executor_client client(eo);
     const task& t = set.tasks.front();
-    auto good_prog = expert_program(t, backend_kind::cpu);
-    if (!seg) {
-      spdlog::error("bench: the crash kernel did not compile: {}", seg.message());
+    auto crash_kernel = crash_artifact(*cfg, t);
+    if (!crash_kernel) {
+      spdlog::error("bench: the crash kernel did not compile: {}", crash_kernel.message());
       return 1;
     }
     std::vector<double> recover;
     for (int i = 0; i < 5; ++i) {
       job crash = bench_job(t, job_kind::verify, 1);
-      crash.artifact.path = seg->so_path;
+      crash.artifact = *crash_kernel;
       auto o = client.run(crash);
       if (o.kind != outcome_kind::runtime_error)
         spdlog::warn("crash kernel gave {}", to_string(o.kind));

@@ -1,9 +1,13 @@
 #include "actors/eval_runner.hpp"
 
+#include "data/op_vocab.hpp"
 #include "data/task_hash.hpp"
 #include "kiln/embedded_config.hpp"
 #include "skills/expert.hpp"
 #include "skills/grammar.hpp"
+#ifdef KILN_HAVE_CUDA
+#include "gpu_pool/cuda_runtime.hpp"
+#endif
 
 #include <atomic>
 #include <cstdlib>
@@ -29,13 +33,30 @@ std::string default_cache_dir() {
 
 expected<pool_config> make_pool_config(const std::string& backend, const std::string& cache_dir,
                                        int devices, int compile_workers) {
-  if (backend != "cpu")
-    return error{"backend '" + backend +
-                 "': the cuda code generator is not in this build yet (issue #3); use cpu"};
   pool_config cfg;
-  cfg.backend = backend_kind::cpu;
-  cfg.devices = devices;
   cfg.compile_workers = compile_workers;
+  if (backend == "cuda") {
+#ifdef KILN_HAVE_CUDA
+    auto count = cuda_device_count();
+    if (!count) return error{"backend 'cuda': " + count.message()};
+    if (devices > *count)
+      return error{"backend 'cuda': " + std::to_string(devices) + " devices asked for, " +
+                   std::to_string(*count) + " visible"};
+    auto info = cuda_device_query(0);
+    if (!info) return error{"backend 'cuda': " + info.message()};
+    cfg.backend = backend_kind::cuda;
+    cfg.devices = devices > 0 ? devices : *count;
+    cfg.cuda_arch = cuda_arch_of(*info);
+#else
+    return error{"backend 'cuda': this build has no cuda backend (configure with -DKILN_CUDA=ON "
+                 "where the CUDA toolkit is installed)"};
+#endif
+  } else if (backend == "cpu") {
+    cfg.backend = backend_kind::cpu;
+    cfg.devices = std::max(1, devices);
+  } else {
+    return error{"backend '" + backend + "': expected cpu or cuda"};
+  }
   std::error_code ec;
   fs::create_directories(fs::path(cache_dir) / "include", ec);
   if (!ec) fs::create_directories(fs::path(cache_dir) / "scratch", ec);
@@ -45,9 +66,10 @@ expected<pool_config> make_pool_config(const std::string& backend, const std::st
   cfg.compile.include_dir = (fs::path(cache_dir) / "include").string();
   cfg.executor.scratch_root = (fs::path(cache_dir) / "scratch").string();
   // A cpu device is a share of the host's cores: kernels and the eager baseline get the same
-  // threads.
+  // threads. A cuda executor's host threads only launch work.
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  cfg.executor.threads = std::max(1, cores / std::max(1, devices));
+  cfg.executor.threads =
+      cfg.backend == backend_kind::cuda ? 2 : std::max(1, cores / std::max(1, cfg.devices));
   return cfg;
 }
 
@@ -69,10 +91,38 @@ job make_job(const task& t, job_kind kind) {
   return j;
 }
 
+bool is_memory_bound(const task& t) {
+  for (const auto& op : t.ops) {
+    const op_info* info = find_op(op.op);
+    if (!info) return false;
+    switch (info->family) {
+    case op_family::linear:
+    case op_family::matmul:
+    case op_family::bmm:
+    case op_family::conv:
+    case op_family::conv_transpose: return false;
+    default: break;
+    }
+  }
+  return true;
+}
+
+int64_t compulsory_bytes(const task& t) {
+  int64_t n = 0;
+  for (const auto& d : t.inputs) n += numel(d.shape) * 4;
+  for (const auto& d : t.params) n += numel(d.shape) * 4;
+  for (const auto& out : t.outputs)
+    for (const auto& op : t.ops)
+      if (op.out == out) n += numel(op.shape) * (op.is_index ? 8 : 4);
+  return n;
+}
+
 eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, uint64_t seed) {
   eval_row r;
   r.task = t.name;
   r.level = t.level;
+  r.bytes = compulsory_bytes(t);
+  r.memory_bound = is_memory_bound(t);
   auto base = pool.run(make_job(t, job_kind::baseline));
   if (base.kind != outcome_kind::correct || !base.time) {
     r.outcome = "baseline_failed";
@@ -85,7 +135,7 @@ eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, u
     std::mt19937_64 rng(seed ^ fnv1a64(t.name));
     prog = *parse_program(tokens_to_text(sample_program(t, rng))); // masked: always parses
   } else {
-    prog = expert_program(t, backend_kind::cpu);
+    prog = expert_program(t, pool.backend());
   }
   r.program = print(prog);
   auto o = pool.run(make_job(t, job_kind::evaluate), r.program);

@@ -108,6 +108,8 @@ int main(int argc, char** argv) {
   exe->add_flag("!--no-net-isolation", exec.isolate_network, "skip the network namespace");
   exe->add_flag("!--no-fs-restriction", exec.restrict_fs, "skip landlock");
   exe->add_flag("--drop-privileges", exec.drop_privileges, "when root, run as nobody");
+  exe->add_option("--cuda-device", exec.cuda_device, "serve the cuda backend on this device")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);

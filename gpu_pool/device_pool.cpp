@@ -4,6 +4,10 @@
 #include "data/task_hash.hpp"
 #include "skills/codegen_cpu.hpp"
 #include "skills/grammar.hpp"
+#ifdef KILN_HAVE_CUDA
+#include "gpu_pool/cuda_compiler.hpp"
+#include "skills/codegen_cuda.hpp"
+#endif
 
 #include <algorithm>
 #include <caf/event_based_actor.hpp>
@@ -25,13 +29,34 @@ double ms_since(clock_type::time_point t) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
 }
 
-// Compiles are blocking subprocess waits: each worker is a detached actor.
-caf::behavior compile_worker(caf::event_based_actor*, cpu_compile_options opts) {
-  return {[=](compile_atom, const std::string& source) {
-    auto a = compile_cpu(source, opts);
-    if (!a) return std::make_tuple(false, a.message(), std::string(), false, 0.0);
-    return std::make_tuple(true, a->so_path, a->key, a->cache_hit, a->compile_ms);
-  }};
+// Compiles are blocking (a host-compiler subprocess, or NVRTC): each worker is a detached actor.
+// An empty plan means the cpu backend.
+caf::behavior compile_worker(caf::event_based_actor*, cpu_compile_options opts,
+                             std::string cuda_arch) {
+  return {
+      [=](compile_atom, const std::string& source, const std::string& plan_json, bool fast_math) {
+        auto fail = [](const std::string& m) {
+          return std::make_tuple(false, m, std::string(), false, 0.0);
+        };
+        if (plan_json.empty()) {
+          auto a = compile_cpu(source, opts);
+          if (!a) return fail(a.message());
+          return std::make_tuple(true, a->so_path, a->key, a->cache_hit, a->compile_ms);
+        }
+#ifdef KILN_HAVE_CUDA
+        auto plan = plan_from_json(plan_json);
+        if (!plan) return fail("launch plan: " + plan.message());
+        cuda_program p{source, std::move(*plan), fast_math};
+        cuda_compile_options co;
+        co.cache_dir = opts.cache_dir;
+        co.arch = cuda_arch;
+        auto a = compile_cuda(p, co);
+        if (!a) return fail(a.message());
+        return std::make_tuple(true, a->cubin_path, a->key, a->cache_hit, a->compile_ms);
+#else
+        return fail("this build has no cuda backend");
+#endif
+      }};
 }
 
 // One job at a time in a disposable executor: the actor's mailbox is the device's queue.
@@ -111,12 +136,14 @@ void dispatch(pool_actor* self, job j, caf::response_promise rp, clock_type::tim
 caf::behavior device_pool(pool_actor* self, pool_config cfg) {
   self->state.cfg = cfg;
   for (int i = 0; i < std::max(1, cfg.compile_workers); ++i) {
-    auto w = self->system().spawn<caf::detached>(compile_worker, cfg.compile);
+    auto w = self->system().spawn<caf::detached>(compile_worker, cfg.compile, cfg.cuda_arch);
     self->link_to(w);
     self->state.workers.push_back(w);
   }
   for (int i = 0; i < std::max(1, cfg.devices); ++i) {
-    auto d = self->system().spawn<caf::detached>(device_actor, cfg.executor);
+    executor_options eo = cfg.executor;
+    if (cfg.backend == backend_kind::cuda) eo.cuda_device = i;
+    auto d = self->system().spawn<caf::detached>(device_actor, eo);
     self->link_to(d);
     device_slot slot;
     slot.actor = d;
@@ -156,13 +183,30 @@ caf::behavior device_pool(pool_actor* self, pool_config cfg) {
         if (auto st = check_program(*prog, j.spec); !st) return reject(st.message());
         // The generator must not take the pool down, whatever the program.
         expected<std::string> source = error{"generator did not run"};
+        std::string plan_json;
+        bool fast_math = false;
         try {
-          source = generate_cpu(j.spec, *prog);
+          if (cfg.backend == backend_kind::cpu) {
+            source = generate_cpu(j.spec, *prog);
+          } else {
+#ifdef KILN_HAVE_CUDA
+            auto cp = generate_cuda(j.spec, *prog);
+            if (cp) {
+              source = cp->source;
+              plan_json = to_json(cp->plan);
+              fast_math = cp->fast_math;
+            } else {
+              source = cp.err();
+            }
+#else
+            source = error{"this build has no cuda backend"};
+#endif
+          }
         } catch (const std::exception& e) {
-          source = error{std::string("cpu generator failed: ") + e.what()};
+          source = error{std::string(to_string(cfg.backend)) + " generator failed: " + e.what()};
         }
         if (!source) return reject(source.message());
-        uint64_t h = fnv1a64(*source);
+        uint64_t h = fnv1a64(*source + plan_json);
         auto run = [=](bool ok, const artifact_ref& a, const std::string& log) mutable {
           if (!ok) {
             ++self->state.compile_errors;
@@ -194,11 +238,11 @@ caf::behavior device_pool(pool_actor* self, pool_config cfg) {
           self->state.pending.erase(h);
           for (auto& c : conts) c(ok, a, log);
         };
-        self->request(worker, wait, compile_atom::value, *source)
+        self->request(worker, wait, compile_atom::value, *source, plan_json, fast_math)
             .then(
                 [=](bool ok, std::string& path_or_log, std::string& key, bool hit, double ms) {
                   artifact_ref a;
-                  a.backend = "cpu";
+                  a.backend = to_string(cfg.backend);
                   if (ok) {
                     a.path = path_or_log;
                     a.key = key;
@@ -251,7 +295,7 @@ caf::actor spawn_device_pool(caf::actor_system& sys, const pool_config& cfg) {
 }
 
 pool_handle::pool_handle(caf::actor_system& sys, const pool_config& cfg)
-    : sys_(sys), pool_(spawn_device_pool(sys, cfg)) {}
+    : sys_(sys), pool_(spawn_device_pool(sys, cfg)), backend_(cfg.backend) {}
 
 pool_handle::~pool_handle() { caf::anon_send_exit(pool_, caf::exit_reason::user_shutdown); }
 

@@ -23,13 +23,16 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 
 struct pool_config {
   backend_kind backend = backend_kind::cpu;
-  int devices = 1;         // cpu: executors sharing the host; cuda: one per visible GPU
-  int compile_workers = 2; // parallel host-compiler processes
-  cpu_compile_options compile;
+  int devices = 1;             // cpu: executors sharing the host; cuda: GPUs 0 .. devices-1
+  int compile_workers = 2;     // parallel host-compiler processes / NVRTC threads
+  cpu_compile_options compile; // cache_dir serves both backends
+  std::string cuda_arch = "sm_90";
   executor_options executor;
 };
 
-// Spawns the pool with its compile workers and device actors (linked: they end with it).
+// Spawns the pool with its compile workers and device actors (linked: they end with it). A cuda
+// pool needs a build with the cuda backend (KILN_HAVE_CUDA); each device actor's executor then
+// serves one GPU.
 // Messages:
 //   (evaluate_atom, std::string job, std::string program) -> std::string outcome
 //       job.kind decides: evaluate / verify / time compile `program` first; baseline ignores it.
@@ -49,10 +52,12 @@ public:
   outcome run(const job& j, const std::string& program = {});
   std::string stats();
   const caf::actor& actor() const { return pool_; }
+  backend_kind backend() const { return backend_; }
 
 private:
   caf::actor_system& sys_;
   caf::actor pool_;
+  backend_kind backend_;
 };
 
 } // namespace kiln

@@ -10,6 +10,9 @@
 #include "gpu_pool/sandbox.hpp"
 #include "gpu_pool/timing.hpp"
 #include "gpu_pool/verify.hpp"
+#ifdef KILN_HAVE_CUDA
+#include "gpu_pool/cuda_runtime.hpp"
+#endif
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -21,60 +24,127 @@
 
 namespace kiln {
 
+// Loaded programs, most recently used first; keyed by path + cache key (a rewritten path is a new
+// program).
+template <class Program>
+class program_cache {
+public:
+  explicit program_cache(size_t size) : size_(size) {}
+  expected<Program*> get(const artifact_ref& a) {
+    std::string k = a.path + "#" + a.key;
+    for (auto it = programs_.begin(); it != programs_.end(); ++it)
+      if (it->first == k) {
+        programs_.splice(programs_.begin(), programs_, it);
+        return &programs_.front().second;
+      }
+    auto p = Program::load(a.path);
+    if (!p) return p.err();
+    programs_.emplace_front(k, std::move(*p));
+    while (programs_.size() > size_) programs_.pop_back();
+    return &programs_.front().second;
+  }
+
+private:
+  size_t size_;
+  std::list<std::pair<std::string, Program>> programs_;
+};
+
 struct job_runner::impl {
-  size_t cache_size = 4;
-  // Most recently used first; keyed by path + cache key (a rewritten path is a new program).
-  std::list<std::pair<std::string, cpu_program>> programs;
+  int cuda_device = -1;
+  program_cache<cpu_program> cpu_programs;
   std::string params_key;
   std::vector<at::Tensor> params;
-  cache_flusher flusher;
+  std::unique_ptr<cache_flusher> flusher;
+  run_device dev;
+#ifdef KILN_HAVE_CUDA
+  program_cache<cuda_executable> cuda_programs;
+#endif
 
-  expected<const cpu_program*> program(const artifact_ref& a) {
-    std::string k = a.path + "#" + a.key;
-    for (auto it = programs.begin(); it != programs.end(); ++it)
-      if (it->first == k) {
-        programs.splice(programs.begin(), programs, it);
-        return &programs.front().second;
-      }
-    auto p = cpu_program::load(a.path);
-    if (!p) return p.err();
-    programs.emplace_front(k, std::move(*p));
-    while (programs.size() > cache_size) programs.pop_back();
-    return &programs.front().second;
+  impl(size_t cache_size, int cuda)
+      : cuda_device(cuda), cpu_programs(cache_size)
+#ifdef KILN_HAVE_CUDA
+        ,
+        cuda_programs(cache_size)
+#endif
+  {
+#ifdef KILN_HAVE_CUDA
+    if (cuda_device >= 0) {
+      flusher = std::make_unique<cuda_cache_flusher>();
+      dev.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device));
+      dev.clock = cuda_timed;
+    }
+#endif
+    if (!flusher) flusher = std::make_unique<cache_flusher>();
+    dev.flusher = flusher.get();
   }
+
+  const char* backend() const { return cuda_device >= 0 ? "cuda" : "cpu"; }
 
   // Params are fixed per task instance: drawn once, reused while jobs stay on the same task.
   const std::vector<at::Tensor>& params_for(const task& t) {
     uint64_t seed = default_param_seed(t);
     std::string k = hash_hex(content_hash(t)) + ":" + std::to_string(seed);
     if (k != params_key) {
-      params = make_params(t, seed, at::kCPU);
+      params = make_params(t, seed, dev.device);
       params_key = k;
     }
     return params;
   }
 
+  // verify_call finishes the kernel's work before it returns; timed_call only enqueues it on
+  // devices with a clock that waits (cuda).
   check_result run(const job& j) {
     task t = j.spec;
     if (auto st = check_task(t); !st) return failed("bad task: " + st.message());
-    if (j.kind != job_kind::baseline && j.artifact.backend != "cpu")
-      return failed("backend '" + j.artifact.backend + "' is not served by this executor");
+    if (j.kind != job_kind::baseline && j.artifact.backend != backend())
+      return failed("backend '" + j.artifact.backend + "' is not served by this executor (" +
+                    backend() + ")");
     const auto& ps = params_for(t);
-    if (j.kind == job_kind::baseline) return time_cpu_reference(t, ps, j.timing, flusher);
+    if (j.kind == job_kind::baseline) return time_reference(t, ps, j.timing, dev);
 
-    auto prog = program(j.artifact);
-    if (!prog) return failed(prog.message());
-    const cpu_program* p = *prog;
-    kernel_call call = [p](const std::vector<const void*>& in, const std::vector<const void*>& par,
-                           const std::vector<void*>& out) { return p->run(in, par, out); };
-    if (j.kind == job_kind::time) return time_cpu_kernel(t, ps, call, j.timing, flusher);
+    kernel_call verify_call, timed_call;
+    if (cuda_device < 0) {
+      auto prog = cpu_programs.get(j.artifact);
+      if (!prog) return failed(prog.message());
+      const cpu_program* p = *prog;
+      verify_call = [p](const std::vector<const void*>& in, const std::vector<const void*>& par,
+                        const std::vector<void*>& out) { return p->run(in, par, out); };
+      timed_call = verify_call;
+    } else {
+#ifdef KILN_HAVE_CUDA
+      auto prog = cuda_programs.get(j.artifact);
+      if (!prog) return failed(prog.message());
+      cuda_executable* p = *prog;
+      timed_call = [p](const std::vector<const void*>& in, const std::vector<const void*>& par,
+                       const std::vector<void*>& out) { return p->run(in, par, out); };
+      verify_call = [p](const std::vector<const void*>& in, const std::vector<const void*>& par,
+                        const std::vector<void*>& out) -> status {
+        auto st = p->run(in, par, out);
+        auto sync = cuda_synchronize();
+        return st ? sync : st;
+      };
+#endif
+    }
+    if (j.kind == job_kind::time) return time_kernel(t, ps, timed_call, j.timing, dev);
     if (j.verify.checks < 1)
       return failed("verify.checks must be at least 1"); // else nothing is checked
-    auto v = verify_cpu(t, ps, call, j.verify);
+    auto v = verify_kernel(t, ps, verify_call, j.verify, dev.device);
     if (j.kind == job_kind::verify || v.kind != outcome_kind::correct) return v;
-    auto tm = time_cpu_kernel(t, ps, call, j.timing, flusher);
+    auto tm = time_kernel(t, ps, timed_call, j.timing, dev);
     if (tm.kind == outcome_kind::correct) tm.message = v.message;
     return tm;
+  }
+
+  // A kernel fault (illegal address, launch failure) leaves the CUDA context unusable.
+  bool device_damaged() {
+#ifdef KILN_HAVE_CUDA
+    if (cuda_device >= 0) {
+      bool sticky = false;
+      (void)cuda_synchronize(&sticky);
+      return sticky;
+    }
+#endif
+    return false;
   }
 
   static check_result failed(std::string m) {
@@ -85,9 +155,8 @@ struct job_runner::impl {
   }
 };
 
-job_runner::job_runner(int program_cache) : impl_(std::make_unique<impl>()) {
-  impl_->cache_size = static_cast<size_t>(std::max(1, program_cache));
-}
+job_runner::job_runner(int program_cache, int cuda_device)
+    : impl_(std::make_unique<impl>(static_cast<size_t>(std::max(1, program_cache)), cuda_device)) {}
 job_runner::~job_runner() = default;
 
 outcome job_runner::run(const job& j) {
@@ -105,6 +174,10 @@ outcome job_runner::run(const job& j) {
     o.kind = outcome_kind::runtime_error;
     std::string what = e.what();
     o.message = "exception: " + what.substr(0, what.find('\n'));
+  }
+  if (impl_->device_damaged()) {
+    o.retire = true;
+    o.message += " (the CUDA context is damaged: this executor retires)";
   }
   o.device_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -141,6 +214,25 @@ int executor_main(const executor_args& args) {
   so.isolate_network = args.isolate_network;
   so.restrict_fs = args.restrict_fs;
   so.drop_privileges = args.drop_privileges;
+  std::vector<std::string> notes;
+  if (args.cuda_device >= 0) {
+#ifdef KILN_HAVE_CUDA
+    // The driver reserves far more virtual address space than any RLIMIT_AS that still bounds a
+    // host kernel; generated cuda code runs on the device, so the limit protects nothing here.
+    if (so.address_space_mib > 0) notes.push_back("no RLIMIT_AS on a cuda executor");
+    so.address_space_mib = 0;
+    so.open_devices = [&]() -> status {
+      if (auto st = cuda_open_device(args.cuda_device); !st) return st;
+      // LibTorch's CUDA state (its allocator, the reference's libraries) starts here too.
+      at::empty({1}, at::TensorOptions().device(
+                         c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(args.cuda_device))));
+      return ok();
+    };
+#else
+    std::fprintf(stderr, "kiln executor: this build has no cuda backend\n");
+    return 3;
+#endif
+  }
   auto sb = apply_sandbox(so);
   if (!sb) {
     std::fprintf(stderr, "kiln executor: %s\n", sb.message().c_str());
@@ -150,6 +242,7 @@ int executor_main(const executor_args& args) {
     sb->warnings.push_back(
         std::to_string(threads_before) +
         " threads existed before the sandbox: namespaces / landlock cover the main thread only");
+  for (auto& n : notes) sb->warnings.push_back(std::move(n));
   for (const auto& w : sb->warnings)
     std::fprintf(stderr, "kiln executor: warning: %s\n", w.c_str());
 
@@ -169,7 +262,7 @@ int executor_main(const executor_args& args) {
     return 4;
   }
 
-  job_runner runner(args.program_cache);
+  job_runner runner(args.program_cache, args.cuda_device);
   for (;;) {
     auto f = read_frame(args.fd);
     if (f.status == frame_status::eof) return 0; // the client is done with us

@@ -21,7 +21,8 @@ struct executor_args {
   bool restrict_fs = true;      // landlock where the kernel has it
   bool drop_privileges = false; // root only: run as nobody
   int threads = 1;              // LibTorch intra-op and kiln_host threads
-  int program_cache = 4;        // loaded shared objects kept between jobs
+  int program_cache = 4;        // loaded programs kept between jobs
+  int cuda_device = -1;         // >= 0: serve the cuda backend on this device
 };
 
 // `kiln executor`: applies the sandbox, sends a hello frame, then serves jobs until EOF.
@@ -32,7 +33,8 @@ int executor_main(const executor_args& args);
 // for tests of verification logic and for tools that accept the risk.
 class job_runner {
 public:
-  explicit job_runner(int program_cache = 4);
+  // cuda_device >= 0: cuda jobs on that device (cuda_open_device must have succeeded).
+  explicit job_runner(int program_cache = 4, int cuda_device = -1);
   ~job_runner();
   job_runner(const job_runner&) = delete;
   job_runner& operator=(const job_runner&) = delete;

@@ -79,6 +79,10 @@ status executor_client::start_once() {
                                    std::to_string(opts_.file_size_mib),
                                    "--threads",
                                    std::to_string(opts_.threads)};
+  if (opts_.cuda_device >= 0) {
+    args.push_back("--cuda-device");
+    args.push_back(std::to_string(opts_.cuda_device));
+  }
   if (!opts_.isolate_network) args.push_back("--no-net-isolation");
   if (!opts_.restrict_fs) args.push_back("--no-fs-restriction");
   if (opts_.drop_privileges) args.push_back("--drop-privileges");

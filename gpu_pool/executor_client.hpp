@@ -24,6 +24,7 @@ struct executor_options {
   bool drop_privileges =
       false; // root only; artifacts and the scratch root must be readable by nobody
   int threads = 1;
+  int cuda_device = -1;        // >= 0: a cuda executor on this device
   double start_timeout_s = 60; // spawn until hello (LibTorch start-up)
   double grace_s = 2;          // added to job.timeout_s for the reply to arrive
   std::string log_level = "warn";

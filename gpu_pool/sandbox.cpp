@@ -137,6 +137,9 @@ expected<sandbox_state> apply_sandbox(const sandbox_options& opts) {
     }
   }
 
+  if (opts.open_devices)
+    if (auto s = opts.open_devices(); !s) return error{"sandbox: " + s.message()};
+
   if (opts.drop_privileges && geteuid() == 0) {
     const uid_t nobody = 65534;
     // The scratch directory stays ours to write after the drop.

@@ -5,6 +5,7 @@
 #include "data/expected.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,9 @@ struct sandbox_options {
   bool isolate_network = true;       // unshare(CLONE_NEWNET) (no interfaces but a down loopback)
   bool restrict_fs = true; // landlock: writes only under scratch_dir (+ TCP and signal scoping)
   bool drop_privileges = false; // when root: become nobody (65534); artifacts must stay readable
+  // Runs after the network namespace and before the uid drop and landlock: opens what later layers
+  // would forbid (the cuda backend's /dev/nvidia* devices). Its failure fails the sandbox.
+  std::function<status()> open_devices;
 };
 
 struct sandbox_state {

@@ -15,9 +15,11 @@ namespace kiln {
 
 // Evicts the last-level cache by writing one byte per cache line of a buffer larger than it.
 // The buffer is allocated once (first flush) and kept: executors time many jobs.
+// The cuda backend overrides flush (gpu_pool/cuda_runtime.hpp).
 class cache_flusher {
 public:
-  void flush(int64_t bytes);
+  virtual ~cache_flusher() = default;
+  virtual void flush(int64_t bytes);
 
 private:
   std::unique_ptr<unsigned char[]> buf_;

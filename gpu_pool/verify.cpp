@@ -25,11 +25,11 @@ struct guarded {
   at::Tensor data;
 };
 
-guarded make_guarded(at::IntArrayRef shape, at::ScalarType type) {
+guarded make_guarded(at::IntArrayRef shape, at::ScalarType type, c10::Device device) {
   int64_t n = 1;
   for (auto d : shape) n *= d;
   guarded g;
-  g.storage = at::empty({n + 2 * guard_elems}, at::TensorOptions().dtype(type));
+  g.storage = at::empty({n + 2 * guard_elems}, at::TensorOptions().dtype(type).device(device));
   if (type == at::kLong)
     g.storage.fill_(canary_i);
   else
@@ -79,10 +79,10 @@ struct call_buffers {
   std::vector<void*> out_ptr;
 
   call_buffers(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& params,
-               const std::vector<out_spec>& outs) {
-    for (const auto& x : inputs) in.push_back(make_guarded(x.sizes(), x.scalar_type()));
-    for (const auto& p : params) par.push_back(make_guarded(p.sizes(), p.scalar_type()));
-    for (const auto& o : outs) out.push_back(make_guarded(o.shape, o.type));
+               const std::vector<out_spec>& outs, c10::Device device) {
+    for (const auto& x : inputs) in.push_back(make_guarded(x.sizes(), x.scalar_type(), device));
+    for (const auto& p : params) par.push_back(make_guarded(p.sizes(), p.scalar_type(), device));
+    for (const auto& o : outs) out.push_back(make_guarded(o.shape, o.type, device));
     for (auto& g : in) in_ptr.push_back(g.data.data_ptr());
     for (auto& g : par) par_ptr.push_back(g.data.data_ptr());
     for (auto& g : out) out_ptr.push_back(g.data.data_ptr());
@@ -200,15 +200,16 @@ std::optional<mismatch> compare_output(const at::Tensor& out, const at::Tensor& 
   return mm;
 }
 
-check_result verify_cpu(const task& t, const std::vector<at::Tensor>& params,
-                        const kernel_call& kernel, const verify_options& opts) {
+check_result verify_kernel(const task& t, const std::vector<at::Tensor>& params,
+                           const kernel_call& kernel, const verify_options& opts,
+                           c10::Device device) {
   auto params_k = kernel_form(params);
   for (int c = 0; c < opts.checks; ++c) {
-    auto inputs = make_inputs(t, fresh_seed(), at::kCPU);
+    auto inputs = make_inputs(t, fresh_seed(), device);
     auto ref = run_reference(t, inputs, params); // its own tensors: the kernel never sees them
     if (!ref) return runtime_error_result("reference failed: " + ref.message());
     auto inputs_k = kernel_form(inputs);
-    call_buffers b(inputs_k, params_k, out_specs(*ref));
+    call_buffers b(inputs_k, params_k, out_specs(*ref), device);
     for (int run = 0; run < (opts.check_determinism ? 2 : 1); ++run) {
       b.load(inputs_k, params_k);
       auto st = kernel(b.in_ptr, b.par_ptr, b.out_ptr);
@@ -229,24 +230,24 @@ check_result verify_cpu(const task& t, const std::vector<at::Tensor>& params,
   return r;
 }
 
-check_result time_cpu_kernel(const task& t, const std::vector<at::Tensor>& params,
-                             const kernel_call& kernel, const timing_options& opts,
-                             cache_flusher& flusher) {
+check_result time_kernel(const task& t, const std::vector<at::Tensor>& params,
+                         const kernel_call& kernel, const timing_options& opts,
+                         const run_device& dev) {
   auto params_k = kernel_form(params);
-  std::vector<at::Tensor> sets[2] = {make_inputs(t, fresh_seed(), at::kCPU),
-                                     make_inputs(t, fresh_seed(), at::kCPU)};
+  std::vector<at::Tensor> sets[2] = {make_inputs(t, fresh_seed(), dev.device),
+                                     make_inputs(t, fresh_seed(), dev.device)};
   std::vector<at::Tensor> sets_k[2] = {kernel_form(sets[0]), kernel_form(sets[1])};
   auto ref0 = run_reference(t, sets[0], params);
   if (!ref0) return runtime_error_result("reference failed: " + ref0.message());
-  call_buffers b(sets_k[0], params_k, out_specs(*ref0));
+  call_buffers b(sets_k[0], params_k, out_specs(*ref0), dev.device);
   int calls = 0, last = 0;
   auto prepare = [&]() -> status {
     last = calls++ % 2;
     b.load(sets_k[last], params_k);
     return ok();
   };
-  auto run = wall_timed([&] { return kernel(b.in_ptr, b.par_ptr, b.out_ptr); });
-  auto summary = measure(opts, flusher, prepare, run);
+  auto run = dev.clock([&] { return kernel(b.in_ptr, b.par_ptr, b.out_ptr); });
+  auto summary = measure(opts, *dev.flusher, prepare, run);
   if (auto bad = inspect(t, b, sets_k[last], params_k)) return *bad;
   if (!summary) return runtime_error_result(summary.message());
   auto ref = last == 0 ? std::move(ref0) : run_reference(t, sets[1], params);
@@ -257,15 +258,15 @@ check_result time_cpu_kernel(const task& t, const std::vector<at::Tensor>& param
   return r;
 }
 
-check_result time_cpu_reference(const task& t, const std::vector<at::Tensor>& params,
-                                const timing_options& opts, cache_flusher& flusher) {
-  auto inputs = make_inputs(t, fresh_seed(), at::kCPU);
-  auto run = wall_timed([&]() -> status {
+check_result time_reference(const task& t, const std::vector<at::Tensor>& params,
+                            const timing_options& opts, const run_device& dev) {
+  auto inputs = make_inputs(t, fresh_seed(), dev.device);
+  auto run = dev.clock([&]() -> status {
     auto r = run_reference(t, inputs, params);
     if (!r) return r.err();
     return ok();
   });
-  auto summary = measure(opts, flusher, nullptr, run);
+  auto summary = measure(opts, *dev.flusher, nullptr, run);
   if (!summary) return runtime_error_result("reference failed: " + summary.message());
   check_result r;
   r.time = summary->t;

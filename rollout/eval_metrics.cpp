@@ -92,6 +92,10 @@ nlohmann::json to_json(const eval_row& r) {
                       {"turns", r.turns},     {"program", r.program}};
   j["compiled_ms"] = r.compiled_ms ? nlohmann::json(*r.compiled_ms) : nlohmann::json("n/a");
   j["speedup_eager"] = r.correct && r.kernel_ms > 0 ? r.eager_ms / r.kernel_ms : 0.0;
+  j["bytes"] = r.bytes;
+  j["memory_bound"] = r.memory_bound;
+  if (r.correct && r.kernel_ms > 0)
+    j["achieved_gbps"] = static_cast<double>(r.bytes) / (r.kernel_ms * 1e6);
   if (!r.message.empty()) j["message"] = r.message;
   return j;
 }

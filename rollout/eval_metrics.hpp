@@ -3,6 +3,7 @@
 //   fast_p, geomean speedups, share faster than torch.compile; per level and overall.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -21,6 +22,10 @@ struct eval_row {
   double eager_ms = 0;               // eager baseline median, measured by the same executor
   std::optional<double> compiled_ms; // torch.compile baseline from a baselines file, if any
   int turns = 1;
+  // Compulsory traffic (inputs + params + outputs, once each) and whether every op is
+  // memory-bound (no GEMM / convolution): achieved bandwidth = bytes / kernel time.
+  int64_t bytes = 0;
+  bool memory_bound = false;
   std::string program;
   std::string message;
 };

@@ -1,0 +1,78 @@
+// The cuda backend's executor side: loads a cubin with its launch plan and walks the plan's steps
+// (kernel launches, cuBLASLt GEMMs) on the legacy default stream, plus the device clock (events +
+// whole-device synchronize) and the L2 flush the timing loop uses. Executor process only.
+//   cubin + plan.json --load--> cuda_executable --run(buffers)--> cudaLaunchKernel / cublasLtMatmul
+#pragma once
+
+#include "data/expected.hpp"
+#include "gpu_pool/timing.hpp"
+#include "skills/launch_plan.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct cuda_device_info {
+  int ordinal = 0;
+  std::string name;
+  int sm_major = 0, sm_minor = 0;
+  int64_t l2_bytes = 0;
+  int64_t memory_bytes = 0;
+  int sm_clock_khz = 0, memory_clock_khz = 0; // 0 where the driver does not report them
+};
+
+// Devices visible to this process; an error when the driver or a device is missing. Does not
+// create a context (safe in the pool process).
+expected<int> cuda_device_count();
+expected<cuda_device_info> cuda_device_query(int ordinal);
+std::string cuda_arch_of(const cuda_device_info& d); // "sm_90"
+
+// Makes `ordinal` current and creates its primary context, cuBLASLt handle and workspace: called
+// once, before the sandbox restricts file access (the driver opens /dev/nvidia* here).
+status cuda_open_device(int ordinal);
+
+// Waits for the whole device and reports any error. `sticky` is set when the context is damaged
+// (illegal address, launch failure): only a fresh process can use the device again.
+status cuda_synchronize(bool* sticky = nullptr);
+
+class cuda_executable {
+public:
+  // Reads `<cubin_path>` and `<cubin_path>.plan.json`, checks the plan and that every kernel's
+  // parameter list matches the plan's argument sizes.
+  static expected<cuda_executable> load(const std::string& cubin_path);
+  cuda_executable(cuda_executable&&) noexcept;
+  cuda_executable& operator=(cuda_executable&&) noexcept;
+  ~cuda_executable();
+
+  // Enqueues every step; does not wait. Pointers are device pointers in task declaration order.
+  status run(const std::vector<const void*>& inputs, const std::vector<const void*>& params,
+             const std::vector<void*>& outputs);
+
+  const launch_plan& plan() const;
+
+private:
+  cuda_executable() = default;
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+// Device time of `call` from events on the legacy default stream, read after a whole-device
+// synchronize: work the call left on other blocking streams is waited for and counted.
+timed_fn cuda_timed(std::function<status()> call);
+
+// Evicts L2 by writing a buffer of max(bytes, 2 x L2) on the device (untimed, before a trial).
+class cuda_cache_flusher : public cache_flusher {
+public:
+  void flush(int64_t bytes) override;
+  ~cuda_cache_flusher() override;
+
+private:
+  void* buf_ = nullptr;
+  int64_t size_ = 0;
+  unsigned char tick_ = 0;
+};
+
+} // namespace kiln

@@ -1,0 +1,217 @@
+// The cuda backend through real `kiln executor --cuda-device 0` processes: hand-written hostile
+// kernels get the right outcome and the client keeps serving; expert programs verify and time.
+// Exits 77 (ctest: skipped) where no CUDA device exists.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include "gpu_pool/cuda_compiler.hpp"
+#include "gpu_pool/cuda_runtime.hpp"
+#include "gpu_pool/executor_client.hpp"
+
+#include "data/task_check.hpp"
+#include "data/task_parse.hpp"
+#include "skills/codegen_cuda.hpp"
+#include "skills/expert.hpp"
+
+#include <cstdio>
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <string>
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+// y = relu(x + b), x [512, 1024], b [1024]: big enough that a kernel takes microseconds.
+const char* kTask = R"(
+name = "add_relu"
+level = 1
+dtype = "float32"
+outputs = ["y"]
+[tolerance]
+atol = 1e-5
+rtol = 1e-5
+[[inputs]]
+name = "x"
+shape = [512, 1024]
+init = "normal"
+[[params]]
+name = "b"
+shape = [1024]
+init = "uniform"
+[[ops]]
+out = "y0"
+op = "add"
+args = ["x", "b"]
+[[ops]]
+out = "y"
+op = "relu"
+args = ["y0"]
+)";
+
+constexpr int64_t kN = 512 * 1024;
+
+task the_task() {
+  auto t = task_from_toml(kTask, "add_relu.toml");
+  REQUIRE(t);
+  REQUIRE(check_task(*t));
+  return *t;
+}
+
+std::string cache_dir() {
+  auto d = fs::path(KILN_TEST_TMP) / "cuda_executor_cache";
+  fs::create_directories(d / "scratch");
+  return d.string();
+}
+
+// `body` computes element i (int64 i < n) of y from x and b; extra statements allowed.
+std::string source(const std::string& body) {
+  return R"(extern "C" __global__ void k(const float* x, const float* b, float* y, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+)" + body +
+         "\n}\n";
+}
+
+artifact_ref build(const std::string& src) {
+  cuda_program p;
+  p.source = src;
+  auto& plan = p.plan;
+  plan.num_inputs = plan.num_params = plan.num_outputs = 1;
+  plan.output_bytes = {kN * 4};
+  plan_step st;
+  st.kernel.kernel = "k";
+  st.kernel.grid = {static_cast<uint32_t>(kN / 256), 1, 1};
+  st.kernel.block = {256, 1, 1};
+  kernel_arg x, b, y, n;
+  x.buffer = {buffer_kind::input, 0};
+  b.buffer = {buffer_kind::param, 0};
+  y.buffer = {buffer_kind::output, 0};
+  y.mode = access::write;
+  n.k = kernel_arg::kind::i64;
+  n.i64 = kN;
+  st.kernel.args = {x, b, y, n};
+  plan.steps.push_back(st);
+  cuda_compile_options co;
+  co.cache_dir = cache_dir();
+  auto info = cuda_device_query(0);
+  REQUIRE(info);
+  co.arch = cuda_arch_of(*info);
+  auto a = compile_cuda(p, co);
+  REQUIRE_MESSAGE(a, a.message());
+  artifact_ref r;
+  r.backend = "cuda";
+  r.path = a->cubin_path;
+  r.key = a->key;
+  return r;
+}
+
+executor_options options() {
+  executor_options o;
+  o.kiln_path = KILN_BINARY;
+  o.scratch_root = cache_dir() + "/scratch";
+  o.cuda_device = 0;
+  o.threads = 2;
+  return o;
+}
+
+job make(const task& t, job_kind k, const artifact_ref& a) {
+  job j;
+  j.kind = k;
+  j.spec = t;
+  j.artifact = a;
+  j.timeout_s = 30;
+  j.timing.max_trials = 50;
+  return j;
+}
+
+const char* kCorrect = "  float v = x[i] + b[i % 1024];\n  y[i] = v > 0.f ? v : 0.f;";
+
+} // namespace
+
+TEST_CASE(
+    "a correct kernel verifies and times; the hostile corpus fails and the client serves on") {
+  task t = the_task();
+  executor_client client(options());
+  auto good = build(source(kCorrect));
+
+  auto o = client.run(make(t, job_kind::evaluate, good));
+  CHECK_MESSAGE(o.kind == outcome_kind::correct, o.message);
+  REQUIRE(o.time);
+  CHECK(o.time->median_ms > 0);
+  CHECK(o.time->trials >= 5);
+
+  struct hostile {
+    const char* name;
+    std::string body;
+    outcome_kind expect;
+  };
+  std::vector<hostile> corpus = {
+      {"writes nothing (poison stays)", "", outcome_kind::wrong},
+      {"constant output", "  y[i] = 0.5f;", outcome_kind::wrong},
+      {"writes its input", std::string(kCorrect) + "\n  ((float*)x)[i] = 0.f;",
+       outcome_kind::input_mutated},
+      {"out-of-bounds write into the guard zone",
+       std::string(kCorrect) + "\n  if (i == n - 1) y[n + 7] = 1.f;", outcome_kind::runtime_error},
+      {"illegal address", std::string(kCorrect) + "\n  if (i == 0) *(volatile float*)16 = 1.f;",
+       outcome_kind::runtime_error},
+      {"never finishes", "  while (true) { if (x[i] == 12345.f) break; }", outcome_kind::timeout},
+  };
+  for (const auto& h : corpus) {
+    CAPTURE(h.name);
+    auto j = make(t, job_kind::verify, build(source(h.body)));
+    if (h.expect == outcome_kind::timeout) j.timeout_s = 5;
+    auto bad = client.run(j);
+    CHECK_MESSAGE(bad.kind == h.expect, bad.message);
+    auto again = client.run(make(t, job_kind::verify, good));
+    CHECK_MESSAGE(again.kind == outcome_kind::correct, again.message);
+  }
+  CHECK(client.stats().starts >= 3); // the guard hit, the illegal address and the hang retired
+}
+
+TEST_CASE("the eager baseline is timed by the same clock") {
+  task t = the_task();
+  executor_client client(options());
+  job j = make(t, job_kind::baseline, {});
+  auto o = client.run(j);
+  CHECK_MESSAGE(o.kind == outcome_kind::correct, o.message);
+  REQUIRE(o.time);
+  CHECK(o.time->median_ms > 0);
+}
+
+TEST_CASE("expert programs of the gpu suite verify through the executor") {
+  executor_client client(options());
+  int tried = 0;
+  for (const char* name :
+       {"level1/gpu/relu.toml", "level1/gpu/softmax.toml", "level1/gpu/layer_norm.toml",
+        "level1/gpu/matmul_transposed_b.toml", "level1/gpu/matmul_batched_broadcast.toml",
+        "level2/gpu/conv2d_hardswish_relu.toml", "level2/gpu/bmm_softmax_bmm.toml"}) {
+    auto path = fs::path(KILN_SOURCE_DIR) / "data/suites" / name;
+    if (!fs::exists(path)) continue;
+    auto t = read_task_file(path.string());
+    REQUIRE_MESSAGE(t, t.message());
+    REQUIRE(check_task(*t));
+    auto gen = generate_cuda(*t, expert_program(*t, backend_kind::cuda));
+    REQUIRE_MESSAGE(gen, gen.message());
+    cuda_compile_options co;
+    co.cache_dir = cache_dir();
+    co.arch = cuda_arch_of(*cuda_device_query(0));
+    auto a = compile_cuda(*gen, co);
+    REQUIRE_MESSAGE(a, a.message());
+    artifact_ref r{"cuda", a->cubin_path, a->key, 0};
+    auto o = client.run(make(*t, job_kind::verify, r));
+    CAPTURE(name);
+    CHECK_MESSAGE(o.kind == outcome_kind::correct, o.message);
+    ++tried;
+  }
+  CHECK(tried >= 3);
+}
+
+int main(int argc, char** argv) {
+  auto n = cuda_device_count();
+  if (!n) {
+    std::printf("skipped: %s\n", n.message().c_str());
+    return 77;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}
