@@ -231,6 +231,7 @@ int cmd_bench(const common_args& common, const bench_args& args) {
     spdlog::info("recovery after a crash: median {:.0f} ms", percentile(recover, 0.5));
   }
   std::printf("%s\n", out.dump(args.json ? -1 : 2).c_str());
+  std::fflush(stdout);
   return 0;
 }
 

@@ -55,6 +55,7 @@ int cmd_eval(const common_args& common, const eval_args& args) {
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   std::printf("pool: %s\n%.1f s\n", pool.stats().c_str(), secs);
+  std::fflush(stdout);
   if (!args.json_out.empty()) {
     std::ofstream f(args.json_out);
     if (!f) {

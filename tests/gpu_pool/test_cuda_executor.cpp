@@ -11,7 +11,10 @@
 #include "skills/codegen_cuda.hpp"
 #include "skills/expert.hpp"
 
+#include <csignal>
 #include <cstdio>
+#include <execinfo.h>
+#include <unistd.h>
 #include <doctest/doctest.h>
 #include <filesystem>
 #include <string>
@@ -206,12 +209,24 @@ TEST_CASE("expert programs of the gpu suite verify through the executor") {
   CHECK(tried >= 3);
 }
 
+// A crash of the test process itself (not of an executor) prints where it happened.
+void print_backtrace(int sig) {
+  void* frames[64];
+  int n = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 int main(int argc, char** argv) {
+  signal(SIGSEGV, print_backtrace);
   auto n = cuda_device_count();
   if (!n) {
     std::printf("skipped: %s\n", n.message().c_str());
     return 77;
   }
   doctest::Context ctx(argc, argv);
+  ctx.setOption("no-breaks", true);
+  ctx.setOption("no-crash-handling", true);
   return ctx.run();
 }
