@@ -13,6 +13,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <unistd.h>
 #include <doctest/doctest.h>
@@ -20,6 +21,8 @@
 #include <string>
 
 using namespace kiln;
+
+void dump_handlers(const char* when);
 namespace fs = std::filesystem;
 
 namespace {
@@ -163,7 +166,10 @@ TEST_CASE(
     CAPTURE(h.name);
     auto j = make(t, job_kind::verify, build(source(h.body)));
     if (h.expect == outcome_kind::timeout) j.timeout_s = 5;
+    dump_handlers(h.name);
     auto bad = client.run(j);
+    std::printf("%s: %s %s\n", h.name, to_string(bad.kind), bad.message.c_str());
+    std::fflush(stdout);
     CHECK_MESSAGE(bad.kind == h.expect, bad.message);
     auto again = client.run(make(t, job_kind::verify, good));
     CHECK_MESSAGE(again.kind == outcome_kind::correct, again.message);
@@ -209,6 +215,22 @@ TEST_CASE("expert programs of the gpu suite verify through the executor") {
   CHECK(tried >= 3);
 }
 
+// Which signal handlers libraries installed in this process (diagnostics).
+void dump_handlers(const char* when) {
+  for (int sig = 1; sig < 32; ++sig) {
+    struct sigaction sa {};
+    sigaction(sig, nullptr, &sa);
+    void* h = (sa.sa_flags & SA_SIGINFO) ? reinterpret_cast<void*>(sa.sa_sigaction)
+                                          : reinterpret_cast<void*>(sa.sa_handler);
+    if (h == reinterpret_cast<void*>(SIG_DFL)) continue;
+    Dl_info di{};
+    dladdr(h, &di);
+    std::printf("%s: signal %d: handler %p in %s (%s)\n", when, sig, h,
+                di.dli_fname ? di.dli_fname : "?", di.dli_sname ? di.dli_sname : "?");
+  }
+  std::fflush(stdout);
+}
+
 // A crash of the test process itself (not of an executor) prints where it happened.
 void print_backtrace(int sig) {
   void* frames[64];
@@ -225,6 +247,7 @@ int main(int argc, char** argv) {
     std::printf("skipped: %s\n", n.message().c_str());
     return 77;
   }
+  dump_handlers("start");
   doctest::Context ctx(argc, argv);
   ctx.setOption("no-breaks", true);
   ctx.setOption("no-crash-handling", true);
