@@ -37,16 +37,15 @@ expected<pool_config> make_pool_config(const std::string& backend, const std::st
   cfg.compile_workers = compile_workers;
   if (backend == "cuda") {
 #ifdef KILN_HAVE_CUDA
-    auto count = cuda_device_count();
-    if (!count) return error{"backend 'cuda': " + count.message()};
-    if (devices > *count)
+    auto found = cuda_probe_devices();
+    if (!found) return error{"backend 'cuda': " + found.message()};
+    int count = static_cast<int>(found->size());
+    if (devices > count)
       return error{"backend 'cuda': " + std::to_string(devices) + " devices asked for, " +
-                   std::to_string(*count) + " visible"};
-    auto info = cuda_device_query(0);
-    if (!info) return error{"backend 'cuda': " + info.message()};
+                   std::to_string(count) + " visible"};
     cfg.backend = backend_kind::cuda;
-    cfg.devices = devices > 0 ? devices : *count;
-    cfg.cuda_arch = cuda_arch_of(*info);
+    cfg.devices = devices > 0 ? devices : count;
+    cfg.cuda_arch = cuda_arch_of(found->front());
 #else
     return error{"backend 'cuda': this build has no cuda backend (configure with -DKILN_CUDA=ON "
                  "where the CUDA toolkit is installed)"};

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace kiln {
 
@@ -150,6 +152,67 @@ expected<cuda_device_info> cuda_device_query(int ordinal) {
     d.memory_clock_khz = v;
   cudaGetLastError();
   return d;
+}
+
+expected<std::vector<cuda_device_info>> cuda_probe_devices() {
+  int fds[2];
+  if (pipe(fds) != 0) return error{"cuda probe: pipe failed"};
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return error{"cuda probe: fork failed"};
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out;
+    auto n = cuda_device_count();
+    if (!n) {
+      out = "E\t" + n.message() + "\n";
+    } else {
+      for (int i = 0; i < *n; ++i) {
+        auto d = cuda_device_query(i);
+        if (!d) {
+          out = "E\t" + d.message() + "\n";
+          break;
+        }
+        out += "D\t" + std::to_string(d->ordinal) + "\t" + std::to_string(d->sm_major) + "\t" +
+               std::to_string(d->sm_minor) + "\t" + std::to_string(d->l2_bytes) + "\t" +
+               std::to_string(d->memory_bytes) + "\t" + std::to_string(d->sm_clock_khz) + "\t" +
+               std::to_string(d->memory_clock_khz) + "\t" + d->name + "\n";
+      }
+    }
+    for (size_t off = 0; off < out.size();) {
+      ssize_t w = write(fds[1], out.data() + off, out.size() - off);
+      if (w <= 0) break;
+      off += static_cast<size_t>(w);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(r));
+  close(fds[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  std::vector<cuda_device_info> devices;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("E\t", 0) == 0) return error{line.substr(2)};
+    std::istringstream f(line);
+    std::string tag;
+    cuda_device_info d;
+    f >> tag >> d.ordinal >> d.sm_major >> d.sm_minor >> d.l2_bytes >> d.memory_bytes >>
+        d.sm_clock_khz >> d.memory_clock_khz;
+    std::getline(f >> std::ws, d.name);
+    if (tag == "D" && f) devices.push_back(d);
+  }
+  if (devices.empty())
+    return error{"cuda probe: no device reported" +
+                 (WIFSIGNALED(st) ? " (the probe died of signal " + std::to_string(WTERMSIG(st)) + ")"
+                                  : std::string())};
+  return devices;
 }
 
 std::string cuda_arch_of(const cuda_device_info& d) {

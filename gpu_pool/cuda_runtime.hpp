@@ -24,10 +24,15 @@ struct cuda_device_info {
   int sm_clock_khz = 0, memory_clock_khz = 0; // 0 where the driver does not report them
 };
 
-// Devices visible to this process; an error when the driver or a device is missing. Does not
-// create a context (safe in the pool process).
+// Devices visible to this process; an error when the driver or a device is missing. These
+// initialize the CUDA runtime in the calling process: executors only.
 expected<int> cuda_device_count();
 expected<cuda_device_info> cuda_device_query(int ordinal);
+
+// The same facts for every visible device, gathered in a short-lived child process, so the pool
+// process never initializes CUDA itself: it forks executors, and a parent holding driver state
+// crashed (SIGSEGV, no usable stack) when its executors exited on the H200.
+expected<std::vector<cuda_device_info>> cuda_probe_devices();
 std::string cuda_arch_of(const cuda_device_info& d); // "sm_90"
 
 // Makes `ordinal` current and creates its primary context, cuBLASLt handle and workspace: called

@@ -63,6 +63,12 @@ task the_task() {
   return *t;
 }
 
+// Probed in a child: this process forks executors and must not hold CUDA state itself.
+std::string the_arch() {
+  static const std::string arch = cuda_arch_of(cuda_probe_devices()->front());
+  return arch;
+}
+
 std::string cache_dir() {
   auto d = fs::path(KILN_TEST_TMP) / "cuda_executor_cache";
   fs::create_directories(d / "scratch");
@@ -99,9 +105,7 @@ artifact_ref build(const std::string& src) {
   plan.steps.push_back(st);
   cuda_compile_options co;
   co.cache_dir = cache_dir();
-  auto info = cuda_device_query(0);
-  REQUIRE(info);
-  co.arch = cuda_arch_of(*info);
+  co.arch = the_arch();
   auto a = compile_cuda(p, co);
   REQUIRE_MESSAGE(a, a.message());
   artifact_ref r;
@@ -203,7 +207,7 @@ TEST_CASE("expert programs of the gpu suite verify through the executor") {
     REQUIRE_MESSAGE(gen, gen.message());
     cuda_compile_options co;
     co.cache_dir = cache_dir();
-    co.arch = cuda_arch_of(*cuda_device_query(0));
+    co.arch = the_arch();
     auto a = compile_cuda(*gen, co);
     REQUIRE_MESSAGE(a, a.message());
     artifact_ref r{"cuda", a->cubin_path, a->key, 0};
@@ -242,7 +246,7 @@ void print_backtrace(int sig) {
 
 int main(int argc, char** argv) {
   signal(SIGSEGV, print_backtrace);
-  auto n = cuda_device_count();
+  auto n = cuda_probe_devices();
   if (!n) {
     std::printf("skipped: %s\n", n.message().c_str());
     return 77;
