@@ -12,6 +12,7 @@
 #include "skills/expert.hpp"
 
 #include <csignal>
+#include <ucontext.h>
 #include <cstdio>
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -235,17 +236,41 @@ void dump_handlers(const char* when) {
   std::fflush(stdout);
 }
 
-// A crash of the test process itself (not of an executor) prints where it happened.
-void print_backtrace(int sig) {
+// A crash of the test process itself (not of an executor) says who sent it and where.
+void on_crash(int sig, siginfo_t* si, void* uc) {
+  char buf[256];
+  auto* ctx = static_cast<ucontext_t*>(uc);
+  int n = std::snprintf(buf, sizeof buf,
+                        "signal %d code %d addr %p sender pid %d (self %d, parent %d) rip %p\n", sig,
+                        si->si_code, si->si_addr, static_cast<int>(si->si_pid),
+                        static_cast<int>(getpid()), static_cast<int>(getppid()),
+                        reinterpret_cast<void*>(ctx->uc_mcontext.gregs[REG_RIP]));
+  ssize_t w = write(STDERR_FILENO, buf, static_cast<size_t>(n));
+  (void)w;
+  Dl_info di{};
+  if (dladdr(reinterpret_cast<void*>(ctx->uc_mcontext.gregs[REG_RIP]), &di) && di.dli_fname) {
+    n = std::snprintf(buf, sizeof buf, "rip in %s (%s)\n", di.dli_fname,
+                      di.dli_sname ? di.dli_sname : "?");
+    w = write(STDERR_FILENO, buf, static_cast<size_t>(n));
+  }
   void* frames[64];
-  int n = backtrace(frames, 64);
-  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  int k = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, k, STDERR_FILENO);
   signal(sig, SIG_DFL);
   raise(sig);
 }
 
 int main(int argc, char** argv) {
-  signal(SIGSEGV, print_backtrace);
+  static char altstack[1 << 16];
+  stack_t ss{};
+  ss.ss_sp = altstack;
+  ss.ss_size = sizeof altstack;
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_sigaction = on_crash;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigaction(SIGSEGV, &sa, nullptr);
+  sigaction(SIGBUS, &sa, nullptr);
   auto n = cuda_probe_devices();
   if (!n) {
     std::printf("skipped: %s\n", n.message().c_str());
