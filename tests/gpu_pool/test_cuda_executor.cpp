@@ -2,6 +2,7 @@
 // kernels get the right outcome and the client keeps serving; expert programs verify and time.
 // Exits 77 (ctest: skipped) where no CUDA device exists.
 #define DOCTEST_CONFIG_IMPLEMENT
+#define DOCTEST_CONFIG_NO_POSIX_SIGNALS
 #include "gpu_pool/cuda_compiler.hpp"
 #include "gpu_pool/cuda_runtime.hpp"
 #include "gpu_pool/executor_client.hpp"
