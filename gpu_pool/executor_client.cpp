@@ -170,6 +170,8 @@ status executor_client::start_once() {
 }
 
 executor_client::exit_info executor_client::kill_and_reap(bool wait_first) {
+  static const bool trace = std::getenv("KILN_TRACE_CLIENT") != nullptr;
+  if (trace) std::fprintf(stderr, "kill_and_reap %d\n", static_cast<int>(pid_));
   exit_info info;
   if (pid_ <= 0) return info;
   if (fd_ >= 0) {
@@ -201,6 +203,7 @@ executor_client::exit_info executor_client::kill_and_reap(bool wait_first) {
       info.text = "exit code " + std::to_string(info.code);
     }
   }
+  if (trace) std::fprintf(stderr, "reaped %d: %s\n", static_cast<int>(r), info.text.c_str());
   pid_ = -1;
   hello_.reset();
   if (!scratch_.empty()) {
@@ -208,6 +211,7 @@ executor_client::exit_info executor_client::kill_and_reap(bool wait_first) {
     fs::remove_all(scratch_, ec);
     scratch_.clear();
   }
+  if (trace) std::fprintf(stderr, "scratch removed\n");
   return info;
 }
 
@@ -260,6 +264,7 @@ outcome executor_client::run(const job& j) {
     return died("executor sent a bad frame (" + f.error + ")", false);
   }
   auto o = decode_outcome(f.payload);
+  if (std::getenv("KILN_TRACE_CLIENT")) std::fprintf(stderr, "decoded outcome\n");
   if (!o || o->job_id != j.id || o->nonce != sent.nonce) {
     ++stats_.protocol_errors;
     std::string why = !o                  ? o.message()

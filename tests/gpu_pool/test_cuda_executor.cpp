@@ -248,6 +248,17 @@ void on_crash(int sig, siginfo_t* si, void* uc) {
                         reinterpret_cast<void*>(ctx->uc_mcontext.gregs[REG_RIP]));
   ssize_t w = write(STDERR_FILENO, buf, static_cast<size_t>(n));
   (void)w;
+  // A call through a null pointer leaves rip = 0: the caller's return address is on the stack.
+  void* ret = *reinterpret_cast<void**>(ctx->uc_mcontext.gregs[REG_RSP]);
+  Dl_info ri{};
+  if (dladdr(ret, &ri) && ri.dli_fname) {
+    n = std::snprintf(buf, sizeof buf, "return address %p in %s (%s+%#lx), base %p\n", ret,
+                      ri.dli_fname, ri.dli_sname ? ri.dli_sname : "?",
+                      static_cast<unsigned long>(static_cast<char*>(ret) -
+                                                 static_cast<char*>(ri.dli_saddr)),
+                      ri.dli_fbase);
+    w = write(STDERR_FILENO, buf, static_cast<size_t>(n));
+  }
   Dl_info di{};
   if (dladdr(reinterpret_cast<void*>(ctx->uc_mcontext.gregs[REG_RIP]), &di) && di.dli_fname) {
     n = std::snprintf(buf, sizeof buf, "rip in %s (%s)\n", di.dli_fname,
