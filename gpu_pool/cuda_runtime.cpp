@@ -192,7 +192,8 @@ expected<std::vector<cuda_device_info>> cuda_probe_devices() {
   close(fds[1]);
   std::string text;
   char buf[4096];
-  for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(r));
+  for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;)
+    text.append(buf, static_cast<size_t>(r));
   close(fds[0]);
   int st = 0;
   waitpid(pid, &st, 0);
@@ -210,8 +211,9 @@ expected<std::vector<cuda_device_info>> cuda_probe_devices() {
   }
   if (devices.empty())
     return error{"cuda probe: no device reported" +
-                 (WIFSIGNALED(st) ? " (the probe died of signal " + std::to_string(WTERMSIG(st)) + ")"
-                                  : std::string())};
+                 (WIFSIGNALED(st)
+                      ? " (the probe died of signal " + std::to_string(WTERMSIG(st)) + ")"
+                      : std::string())};
   return devices;
 }
 

@@ -6,10 +6,12 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <ftw.h>
 #include <random>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -21,6 +23,23 @@
 namespace kiln {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Not std::filesystem::remove_all: LibTorch 2.11 exports its own copy of that symbol, which
+// interposes on libstdc++'s and calls a null pointer once it meets a subdirectory (crashed the
+// pool on the H200 when a cuda executor's scratch held the driver's ~/.nv cache).
+void remove_tree(const std::string& path) {
+  nftw(
+      path.c_str(),
+      [](const char* p, const struct stat*, int, struct FTW*) {
+        ::remove(p);
+        return 0;
+      },
+      16, FTW_DEPTH | FTW_PHYS);
+}
+
+} // namespace
 
 std::string describe_signal(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -92,10 +111,7 @@ status executor_client::start_once() {
 
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-    {
-      std::error_code ec;
-      fs::remove_all(scratch_, ec);
-    }
+    remove_tree(scratch_);
     return error{std::string("executor: socketpair: ") + std::strerror(errno)};
   }
   pid_t parent = getpid();
@@ -104,10 +120,7 @@ status executor_client::start_once() {
     int e = errno;
     close(sv[0]);
     close(sv[1]);
-    {
-      std::error_code ec;
-      fs::remove_all(scratch_, ec);
-    }
+    remove_tree(scratch_);
     return error{std::string("executor: fork: ") + std::strerror(e)};
   }
   if (pid == 0) {
@@ -170,8 +183,6 @@ status executor_client::start_once() {
 }
 
 executor_client::exit_info executor_client::kill_and_reap(bool wait_first) {
-  static const bool trace = std::getenv("KILN_TRACE_CLIENT") != nullptr;
-  if (trace) std::fprintf(stderr, "kill_and_reap %d\n", static_cast<int>(pid_));
   exit_info info;
   if (pid_ <= 0) return info;
   if (fd_ >= 0) {
@@ -203,15 +214,12 @@ executor_client::exit_info executor_client::kill_and_reap(bool wait_first) {
       info.text = "exit code " + std::to_string(info.code);
     }
   }
-  if (trace) std::fprintf(stderr, "reaped %d: %s\n", static_cast<int>(r), info.text.c_str());
   pid_ = -1;
   hello_.reset();
   if (!scratch_.empty()) {
-    std::error_code ec;
-    fs::remove_all(scratch_, ec);
+    remove_tree(scratch_);
     scratch_.clear();
   }
-  if (trace) std::fprintf(stderr, "scratch removed\n");
   return info;
 }
 
@@ -264,7 +272,6 @@ outcome executor_client::run(const job& j) {
     return died("executor sent a bad frame (" + f.error + ")", false);
   }
   auto o = decode_outcome(f.payload);
-  if (std::getenv("KILN_TRACE_CLIENT")) std::fprintf(stderr, "decoded outcome\n");
   if (!o || o->job_id != j.id || o->nonce != sent.nonce) {
     ++stats_.protocol_errors;
     std::string why = !o                  ? o.message()

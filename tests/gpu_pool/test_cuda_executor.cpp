@@ -13,18 +13,16 @@
 #include "skills/expert.hpp"
 
 #include <csignal>
-#include <ucontext.h>
 #include <cstdio>
 #include <dlfcn.h>
-#include <execinfo.h>
-#include <unistd.h>
 #include <doctest/doctest.h>
+#include <execinfo.h>
 #include <filesystem>
 #include <string>
+#include <ucontext.h>
+#include <unistd.h>
 
 using namespace kiln;
-
-void dump_handlers(const char* when);
 namespace fs = std::filesystem;
 
 namespace {
@@ -172,10 +170,7 @@ TEST_CASE(
     CAPTURE(h.name);
     auto j = make(t, job_kind::verify, build(source(h.body)));
     if (h.expect == outcome_kind::timeout) j.timeout_s = 5;
-    dump_handlers(h.name);
     auto bad = client.run(j);
-    std::printf("%s: %s %s\n", h.name, to_string(bad.kind), bad.message.c_str());
-    std::fflush(stdout);
     CHECK_MESSAGE(bad.kind == h.expect, bad.message);
     auto again = client.run(make(t, job_kind::verify, good));
     CHECK_MESSAGE(again.kind == outcome_kind::correct, again.message);
@@ -221,42 +216,25 @@ TEST_CASE("expert programs of the gpu suite verify through the executor") {
   CHECK(tried >= 3);
 }
 
-// Which signal handlers libraries installed in this process (diagnostics).
-void dump_handlers(const char* when) {
-  for (int sig = 1; sig < 32; ++sig) {
-    struct sigaction sa {};
-    sigaction(sig, nullptr, &sa);
-    void* h = (sa.sa_flags & SA_SIGINFO) ? reinterpret_cast<void*>(sa.sa_sigaction)
-                                          : reinterpret_cast<void*>(sa.sa_handler);
-    if (h == reinterpret_cast<void*>(SIG_DFL)) continue;
-    Dl_info di{};
-    dladdr(h, &di);
-    std::printf("%s: signal %d: handler %p in %s (%s)\n", when, sig, h,
-                di.dli_fname ? di.dli_fname : "?", di.dli_sname ? di.dli_sname : "?");
-  }
-  std::fflush(stdout);
-}
-
 // A crash of the test process itself (not of an executor) says who sent it and where.
 void on_crash(int sig, siginfo_t* si, void* uc) {
   char buf[256];
   auto* ctx = static_cast<ucontext_t*>(uc);
-  int n = std::snprintf(buf, sizeof buf,
-                        "signal %d code %d addr %p sender pid %d (self %d, parent %d) rip %p\n", sig,
-                        si->si_code, si->si_addr, static_cast<int>(si->si_pid),
-                        static_cast<int>(getpid()), static_cast<int>(getppid()),
-                        reinterpret_cast<void*>(ctx->uc_mcontext.gregs[REG_RIP]));
+  int n = std::snprintf(
+      buf, sizeof buf, "signal %d code %d addr %p sender pid %d (self %d, parent %d) rip %p\n", sig,
+      si->si_code, si->si_addr, static_cast<int>(si->si_pid), static_cast<int>(getpid()),
+      static_cast<int>(getppid()), reinterpret_cast<void*>(ctx->uc_mcontext.gregs[REG_RIP]));
   ssize_t w = write(STDERR_FILENO, buf, static_cast<size_t>(n));
   (void)w;
   // A call through a null pointer leaves rip = 0: the caller's return address is on the stack.
   void* ret = *reinterpret_cast<void**>(ctx->uc_mcontext.gregs[REG_RSP]);
   Dl_info ri{};
   if (dladdr(ret, &ri) && ri.dli_fname) {
-    n = std::snprintf(buf, sizeof buf, "return address %p in %s (%s+%#lx), base %p\n", ret,
-                      ri.dli_fname, ri.dli_sname ? ri.dli_sname : "?",
-                      static_cast<unsigned long>(static_cast<char*>(ret) -
-                                                 static_cast<char*>(ri.dli_saddr)),
-                      ri.dli_fbase);
+    n = std::snprintf(
+        buf, sizeof buf, "return address %p in %s (%s+%#lx), base %p\n", ret, ri.dli_fname,
+        ri.dli_sname ? ri.dli_sname : "?",
+        static_cast<unsigned long>(static_cast<char*>(ret) - static_cast<char*>(ri.dli_saddr)),
+        ri.dli_fbase);
     w = write(STDERR_FILENO, buf, static_cast<size_t>(n));
   }
   Dl_info di{};
@@ -288,7 +266,6 @@ int main(int argc, char** argv) {
     std::printf("skipped: %s\n", n.message().c_str());
     return 77;
   }
-  dump_handlers("start");
   doctest::Context ctx(argc, argv);
   ctx.setOption("no-breaks", true);
   ctx.setOption("no-crash-handling", true);
