@@ -37,9 +37,11 @@ int64_t row_length(const task& t, const op_node& op) {
   }
 }
 
-int64_t vec_for(int64_t innermost) {
+// cuda: at most one float4 per lane, so a warp's loads are 512 contiguous bytes (two float4 per
+// lane split each warp access into strided halves: 73% of copy bandwidth on the H200).
+int64_t vec_for(int64_t innermost, backend_kind backend) {
   for (int64_t v : {8, 4, 2})
-    if (innermost % v == 0) return v;
+    if (innermost % v == 0 && (backend == backend_kind::cpu || v <= 4)) return v;
   return 1;
 }
 
@@ -65,13 +67,15 @@ program expert_program(const task& t, backend_kind backend) {
     case kernel_template::elementwise:
     case kernel_template::layout:
     case kernel_template::pool:
-      g.knobs = {{knob::block, 256},
-                 {knob::vec, g.tmpl == kernel_template::pool ? 1 : vec_for(inner)},
-                 {knob::unroll, 1},
-                 {knob::bounds, 1}};
+      g.knobs = {
+          {knob::block, 256},
+          {knob::vec, g.tmpl == kernel_template::pool ? 1 : vec_for(inner, backend)},
+          {knob::unroll, backend == backend_kind::cuda && g.tmpl != kernel_template::pool ? 2 : 1},
+          {knob::bounds, 1}};
       break;
     case kernel_template::library:
-      g.knobs = {{knob::precision, precision}, {knob::block, 256}, {knob::vec, vec_for(inner)}};
+      g.knobs = {
+          {knob::precision, precision}, {knob::block, 256}, {knob::vec, vec_for(inner, backend)}};
       break;
     case kernel_template::gemm:
       g.knobs = {{knob::tile_m, 64}, {knob::tile_n, 64},           {knob::tile_k, 16},
