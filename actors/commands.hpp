@@ -77,6 +77,14 @@ struct bench_args {
 };
 int cmd_bench(const common_args& common, const bench_args& args);
 
+// `kiln report RUN_DIR|EVAL.json ... --out report.html` (actors/cmd_report.cpp).
+struct report_args {
+  std::vector<std::string> sources;
+  std::string out = "report.html";
+  std::string markdown; // also write the Markdown summary here (it always goes to stdout)
+};
+int cmd_report(const common_args& common, const report_args& args);
+
 // Applies the thread count to LibTorch's intra-op pool (0 = hardware cores); returns it.
 int configure_threads(int threads);
 

@@ -60,6 +60,14 @@ int main(int argc, char** argv) {
   ev->add_option("--parallel", eval.parallel, "tasks in flight")->capture_default_str();
   ev->add_option("--max-tasks", eval.max_tasks, "evaluate only the first N tasks (0 = all)");
 
+  kiln::report_args report;
+  auto* rep = app.add_subcommand(
+      "report", "HTML report (curves, eval tables, speedups) and a Markdown summary of runs");
+  rep->add_option("sources", report.sources, "run directories or `kiln eval --json` files")
+      ->required();
+  rep->add_option("--out", report.out, "the HTML page")->capture_default_str();
+  rep->add_option("--markdown", report.markdown, "also write the Markdown summary here");
+
   kiln::bench_args bench;
   auto* be = app.add_subcommand("bench", "throughput figures: pool");
   be->add_option("what", bench.what, "pool")->required();
@@ -122,6 +130,7 @@ int main(int argc, char** argv) {
   if (*val) return kiln::cmd_tasks_validate(common, validate);
   if (*syn) return kiln::cmd_synth(common, synth);
   if (*ev) return kiln::cmd_eval(common, eval);
+  if (*rep) return kiln::cmd_report(common, report);
   if (*be) {
     if (bench.suites.empty()) bench.suites = {KILN_SOURCE_DIR "/data/suites/level1/cpu"};
     return kiln::cmd_bench(common, bench);

@@ -1,0 +1,366 @@
+// The page is plain HTML with inline SVG: it opens anywhere (a laptop, a CI artifact, headless
+// Chromium) and survives being mailed around, which a page loading a charting library does not.
+#include "actors/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace kiln {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+expected<json> read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) return error{p.string() + ": cannot read"};
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded()) return error{p.string() + ": not valid JSON"};
+  return j;
+}
+
+// Every numeric field of every line becomes a point of its series; lines that are not JSON
+// objects are counted in the warnings.
+void read_metrics(const fs::path& p, report_source& src) {
+  std::ifstream in(p);
+  std::map<std::string, metric_series> by_key;
+  std::string line;
+  int64_t n = 0, bad = 0;
+  static const char* x_keys[] = {"step", "update", "version", "episodes", "t", "elapsed_s"};
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_object()) {
+      ++bad;
+      continue;
+    }
+    std::string x_key = "line";
+    double x = static_cast<double>(n);
+    for (const char* k : x_keys)
+      if (j.contains(k) && j[k].is_number()) {
+        x_key = k;
+        x = j[k].get<double>();
+        break;
+      }
+    auto add = [&](const std::string& key, const json& v) {
+      if (!v.is_number() || key == x_key) return;
+      double y = v.get<double>();
+      if (!std::isfinite(y)) return;
+      auto& s = by_key[key];
+      s.file = p.filename().string();
+      s.key = key;
+      s.x_key = x_key;
+      s.points.emplace_back(x, y);
+    };
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it->is_object())
+        for (auto jt = it->begin(); jt != it->end(); ++jt) add(it.key() + "." + jt.key(), *jt);
+      else
+        add(it.key(), *it);
+    }
+  }
+  if (bad > 0)
+    src.warnings.push_back(p.filename().string() + ": " + std::to_string(bad) + " of " +
+                           std::to_string(n) + " lines are not JSON objects (skipped)");
+  // What people look for first: reward, pass rate, throughput, staleness; then the rest.
+  auto rank = [](const std::string& k) {
+    for (const char* w : {"reward", "pass", "_per_s", "lag", "stale", "loss"})
+      if (k.find(w) != std::string::npos) return 0;
+    return 1;
+  };
+  std::vector<metric_series> found;
+  for (auto& [k, s] : by_key)
+    if (s.points.size() >= 2) found.push_back(std::move(s));
+  std::stable_sort(found.begin(), found.end(),
+                   [&](const auto& a, const auto& b) { return rank(a.key) < rank(b.key); });
+  for (auto& s : found) src.series.push_back(std::move(s));
+}
+
+bool is_constant(const metric_series& s) {
+  for (const auto& pt : s.points)
+    if (pt.second != s.points.front().second) return false;
+  return true;
+}
+
+json as_eval_array(const json& j) {
+  if (j.is_array()) return j;
+  if (j.is_object() && j.contains("policy")) return json::array({j});
+  return json::array();
+}
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) switch (c) {
+    case '<': o += "&lt;"; break;
+    case '>': o += "&gt;"; break;
+    case '&': o += "&amp;"; break;
+    case '"': o += "&quot;"; break;
+    default: o += c;
+    }
+  return o;
+}
+
+std::string num(double v, int digits = 3) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*g", digits, v);
+  return b;
+}
+
+// A metric as the tables show it: "n/a" stays "n/a"; shares as percentages; ratios with an x.
+std::string cell(const json& o, const char* key) {
+  if (!o.is_object() || !o.contains(key)) return "-";
+  const json& v = o[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_number()) return "-";
+  double d = v.get<double>();
+  std::string k = key;
+  if (k.rfind("geomean", 0) == 0) return num(d) + "x";
+  if (k == "tasks") return std::to_string(static_cast<int64_t>(d));
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f%%", 100 * d);
+  return b;
+}
+
+const char* kColumns[] = {"tasks",          "pass_rate",     "fast_1_eager",
+                          "fast_1_compile", "geomean_eager", "geomean_compile"};
+
+std::string line_chart(const metric_series& s) {
+  const double w = 420, h = 170, l = 58, r = 10, t = 22, b = 26;
+  double x0 = s.points.front().first, x1 = x0, y0 = s.points.front().second, y1 = y0;
+  for (auto [x, y] : s.points) {
+    x0 = std::min(x0, x), x1 = std::max(x1, x);
+    y0 = std::min(y0, y), y1 = std::max(y1, y);
+  }
+  if (x1 == x0) x1 = x0 + 1;
+  if (y1 == y0) y1 = y0 + 1;
+  std::ostringstream o;
+  o << "<svg class=\"chart\" viewBox=\"0 0 " << w << " " << h << "\" width=\"" << w
+    << "\" height=\"" << h << "\">";
+  o << "<text x=\"" << l << "\" y=\"14\" class=\"ct\">" << esc(s.key) << "</text>";
+  o << "<rect x=\"" << l << "\" y=\"" << t << "\" width=\"" << w - l - r << "\" height=\""
+    << h - t - b << "\" class=\"frame\"/>";
+  o << "<text x=\"" << l - 4 << "\" y=\"" << t + 8 << "\" class=\"ay\">" << num(y1)
+    << "</text><text x=\"" << l - 4 << "\" y=\"" << h - b << "\" class=\"ay\">" << num(y0)
+    << "</text>";
+  o << "<text x=\"" << l << "\" y=\"" << h - 8 << "\" class=\"ax\">" << num(x0)
+    << "</text><text x=\"" << w - r << "\" y=\"" << h - 8 << "\" class=\"ax\" text-anchor=\"end\">"
+    << esc(s.x_key) << " " << num(x1) << "</text>";
+  o << "<polyline class=\"line\" points=\"";
+  for (auto [x, y] : s.points)
+    o << num(l + (x - x0) / (x1 - x0) * (w - l - r), 6) << ","
+      << num(h - b - (y - y0) / (y1 - y0) * (h - t - b), 6) << " ";
+  o << "\"/></svg>";
+  return o.str();
+}
+
+// log2(speedup vs eager) of the correct tasks, in half-octave bins from 1/32x to 32x.
+std::string speedup_histogram(const json& eval) {
+  std::vector<int> bins(20, 0);
+  int count = 0;
+  const json tasks = eval.value("tasks", json::array());
+  for (const auto& r : tasks) {
+    if (!r.value("correct", false)) continue;
+    double sp = r.value("speedup_eager", 0.0);
+    if (sp <= 0) continue;
+    int bin = static_cast<int>(std::floor((std::log2(sp) + 5) * 2));
+    ++bins[std::clamp(bin, 0, 19)];
+    ++count;
+  }
+  if (count == 0) return "<p class=\"note\">no correct tasks</p>";
+  int top = *std::max_element(bins.begin(), bins.end());
+  const double w = 420, h = 150, l = 10, b = 24, t = 20;
+  double bw = (w - 2 * l) / 20;
+  std::ostringstream o;
+  o << "<svg class=\"chart\" viewBox=\"0 0 " << w << " " << h << "\" width=\"" << w
+    << "\" height=\"" << h << "\"><text x=\"" << l << "\" y=\"14\" class=\"ct\">"
+    << esc(eval.value("policy", std::string("?"))) << ": speedup vs eager, " << count
+    << " correct tasks</text>";
+  for (int i = 0; i < 20; ++i) {
+    double bh = (h - t - b) * bins[i] / top;
+    bool faster = i >= 10;
+    o << "<rect x=\"" << num(l + i * bw + 1, 6) << "\" y=\"" << num(h - b - bh, 6) << "\" width=\""
+      << num(bw - 2, 6) << "\" height=\"" << num(bh, 6) << "\" class=\""
+      << (faster ? "fast" : "slow") << "\"><title>" << bins[i] << "</title></rect>";
+  }
+  o << "<line x1=\"" << l + 10 * bw << "\" x2=\"" << l + 10 * bw << "\" y1=\"" << t << "\" y2=\""
+    << h - b << "\" class=\"one\"/>";
+  o << "<text x=\"" << l << "\" y=\"" << h - 8 << "\" class=\"ax\">1/32x</text><text x=\""
+    << l + 10 * bw << "\" y=\"" << h - 8
+    << "\" class=\"ax\" text-anchor=\"middle\">1x</text><text x=\"" << w - l << "\" y=\"" << h - 8
+    << "\" class=\"ax\" text-anchor=\"end\">32x</text></svg>";
+  return o.str();
+}
+
+std::string eval_table(const json& e) {
+  std::ostringstream o;
+  o << "<table><tr><th>level</th>";
+  for (const char* c : kColumns) o << "<th>" << c << "</th>";
+  o << "</tr>";
+  auto row = [&](const std::string& name, const json& v) {
+    o << "<tr><td>" << esc(name) << "</td>";
+    for (const char* c : kColumns) o << "<td>" << esc(cell(v, c)) << "</td>";
+    o << "</tr>";
+  };
+  row("all", e.value("overall", json::object()));
+  const json levels = e.value("levels", json::object()); // items() must not outlive it
+  for (const auto& [lvl, v] : levels.items()) row(lvl, v);
+  o << "</table>";
+  return o.str();
+}
+
+const char* kStyle =
+    R"(body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
+h3{font-size:15px;margin:18px 0 6px}table{border-collapse:collapse;margin:6px 0 12px}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f4f4f4}
+td:first-child,th:first-child{text-align:left}.charts{display:flex;flex-wrap:wrap;gap:10px}
+.chart{border:1px solid #eee;background:#fff}.frame{fill:none;stroke:#bbb}
+.line{fill:none;stroke:#1f6feb;stroke-width:1.6}.ct{font-size:12px;font-weight:600}
+.ax,.ay{font-size:10px;fill:#666}.ay{text-anchor:end}.fast{fill:#2da44e}.slow{fill:#d4a72c}
+.one{stroke:#555;stroke-dasharray:3 3}.note{color:#777}.warn{color:#b35900})";
+
+} // namespace
+
+expected<report_source> load_report_source(const std::string& path) {
+  report_source src;
+  fs::path p(path);
+  std::error_code ec;
+  src.label = p.filename().empty() ? p.parent_path().filename().string() : p.filename().string();
+  if (fs::is_directory(p, ec)) {
+    if (fs::exists(p / "summary.json")) {
+      auto s = read_json(p / "summary.json");
+      if (s)
+        src.summary = *s;
+      else
+        src.warnings.push_back(s.message());
+    }
+    src.evals = json::array();
+    if (fs::exists(p / "eval.json")) {
+      auto e = read_json(p / "eval.json");
+      if (e)
+        src.evals = as_eval_array(*e);
+      else
+        src.warnings.push_back(e.message());
+    }
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(p, ec))
+      if (entry.path().extension() == ".jsonl" && entry.path().filename() != "tasks.jsonl")
+        files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) read_metrics(f, src);
+    if (src.summary.is_null() && src.evals.empty() && src.series.empty())
+      return error{path + ": no summary.json, eval.json or metrics *.jsonl here"};
+    return src;
+  }
+  if (!fs::exists(p, ec)) return error{path + ": no such file or directory"};
+  if (p.extension() == ".jsonl") {
+    read_metrics(p, src);
+    if (src.series.empty()) return error{path + ": no numeric series in this JSON Lines file"};
+    return src;
+  }
+  auto j = read_json(p);
+  if (!j) return j.err();
+  src.evals = as_eval_array(*j);
+  if (src.evals.empty()) return error{path + ": not a kiln eval result (no \"policy\" entries)"};
+  return src;
+}
+
+std::string render_html(const std::vector<report_source>& sources) {
+  std::ostringstream o;
+  o << "<!doctype html><html><head><meta charset=\"utf-8\"><title>Kiln report</title><style>"
+    << kStyle << "</style></head><body><h1>Kiln report</h1>";
+  // Side by side first: the question people open a report with is "which checkpoint is better".
+  o << "<h2>Policies side by side</h2><table><tr><th>source</th><th>policy</th><th>backend</th>";
+  for (const char* c : kColumns) o << "<th>" << c << "</th>";
+  o << "</tr>";
+  for (const auto& s : sources)
+    for (const auto& e : s.evals) {
+      o << "<tr><td>" << esc(s.label) << "</td><td>" << esc(e.value("policy", std::string("?")))
+        << "</td><td>" << esc(e.value("backend", std::string("?"))) << "</td>";
+      const json overall = e.value("overall", json::object());
+      for (const char* c : kColumns) o << "<td>" << esc(cell(overall, c)) << "</td>";
+      o << "</tr>";
+    }
+  o << "</table>";
+  for (const auto& s : sources) {
+    o << "<h2>" << esc(s.label) << "</h2>";
+    if (s.summary.is_object()) {
+      o << "<p class=\"note\">";
+      for (const char* k : {"name", "backend", "tasks", "threads", "config"})
+        if (s.summary.contains(k))
+          o << esc(k) << ": "
+            << esc(s.summary[k].is_string() ? s.summary[k].get<std::string>() : s.summary[k].dump())
+            << " &nbsp; ";
+      o << "</p>";
+    }
+    for (const auto& w : s.warnings) o << "<p class=\"warn\">" << esc(w) << "</p>";
+    if (!s.series.empty()) {
+      o << "<h3>Training curves</h3>";
+      std::string file, constants;
+      auto close_file = [&] {
+        if (file.empty()) return;
+        o << "</div>";
+        if (!constants.empty()) o << "<p class=\"note\">constant: " << constants << "</p>";
+        constants.clear();
+      };
+      for (const auto& m : s.series) {
+        if (m.file != file) {
+          close_file();
+          file = m.file;
+          o << "<p class=\"note\">" << esc(file) << "</p><div class=\"charts\">";
+        }
+        if (is_constant(m))
+          constants +=
+              (constants.empty() ? "" : ", ") + esc(m.key) + " = " + num(m.points.front().second);
+        else
+          o << line_chart(m);
+      }
+      close_file();
+    }
+    for (const auto& e : s.evals) {
+      o << "<h3>Evaluation: " << esc(e.value("policy", std::string("?"))) << " on "
+        << esc(e.value("backend", std::string("?"))) << "</h3>";
+      o << eval_table(e) << "<div class=\"charts\">" << speedup_histogram(e) << "</div>";
+    }
+  }
+  o << "</body></html>\n";
+  return o.str();
+}
+
+std::string render_markdown(const std::vector<report_source>& sources) {
+  std::ostringstream o;
+  o << "| source | policy | backend | level |";
+  for (const char* c : kColumns) o << " " << c << " |";
+  o << "\n| --- | --- | --- | --- |";
+  for (std::size_t i = 0; i < std::size(kColumns); ++i) o << " --- |";
+  o << "\n";
+  for (const auto& s : sources)
+    for (const auto& e : s.evals) {
+      auto row = [&](const std::string& level, const json& v) {
+        o << "| " << s.label << " | " << e.value("policy", std::string("?")) << " | "
+          << e.value("backend", std::string("?")) << " | " << level << " |";
+        for (const char* c : kColumns) o << " " << cell(v, c) << " |";
+        o << "\n";
+      };
+      row("all", e.value("overall", json::object()));
+      const json levels = e.value("levels", json::object());
+      for (const auto& [lvl, v] : levels.items()) row(lvl, v);
+    }
+  for (const auto& s : sources)
+    for (const auto& m : s.series)
+      if (m.key == "reward" || m.key == "pass_rate" || m.key == "mean_reward")
+        o << "\n"
+          << s.label << " " << m.file << " " << m.key << ": " << num(m.points.front().second)
+          << " -> " << num(m.points.back().second) << " over " << m.points.size() << " points";
+  o << "\n";
+  return o.str();
+}
+
+} // namespace kiln

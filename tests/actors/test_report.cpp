@@ -1,0 +1,98 @@
+// kiln report: sources load (bad lines counted, not fatal), the page carries the numbers and
+// escapes what it shows, the Markdown summary has one row per policy and level.
+#include "actors/report.hpp"
+
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kEval = R"([{"policy": "expert", "suite": "s", "backend": "cpu",
+  "overall": {"tasks": 2, "pass_rate": 0.5, "fast_1_eager": 0.5, "fast_1_compile": "n/a",
+              "geomean_eager": 1.5, "geomean_compile": "n/a"},
+  "levels": {"1": {"tasks": 2, "pass_rate": 0.5, "fast_1_eager": 0.5, "fast_1_compile": "n/a",
+                   "geomean_eager": 1.5, "geomean_compile": "n/a"}},
+  "tasks": [{"task": "a<b>", "correct": true, "speedup_eager": 1.5},
+            {"task": "c", "correct": false, "speedup_eager": 0}]}])";
+
+fs::path make_run(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("kiln_report_test_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  std::ofstream(d / "eval.json") << kEval;
+  std::ofstream(d / "summary.json") << R"({"name": "unit", "backend": "cpu"})";
+  std::ofstream(d / "metrics.jsonl") << "{\"step\": 1, \"reward\": -1, \"pool\": {\"busy\": 0.5}}\n"
+                                     << "garbage\n"
+                                     << "{\"step\": 2, \"reward\": 0.5, \"pool\": {\"busy\": 0.9}}\n"
+                                     << "{\"step\": 3, \"reward\": 2, \"pool\": {\"busy\": 0.9}}\n";
+  std::ofstream(d / "tasks.jsonl") << "{\"task\": \"not a metric\", \"eager_ms\": 3}\n";
+  return d;
+}
+
+} // namespace
+
+TEST_CASE("a run directory loads evals, summary and metric series; bad lines are counted") {
+  auto d = make_run("load");
+  auto s = load_report_source(d.string());
+  REQUIRE_MESSAGE(s, s.message());
+  CHECK(s->evals.size() == 1);
+  CHECK(s->summary["name"] == "unit");
+  REQUIRE(s->warnings.size() == 1);
+  CHECK(s->warnings[0].find("1 of 4 lines") != std::string::npos);
+  bool reward = false, busy = false;
+  for (const auto& m : s->series) {
+    CHECK(m.file == "metrics.jsonl"); // tasks.jsonl is not a metrics file
+    if (m.key == "reward") {
+      reward = true;
+      CHECK(m.x_key == "step");
+      REQUIRE(m.points.size() == 3);
+      CHECK(m.points[2].first == 3);
+      CHECK(m.points[2].second == 2);
+    }
+    if (m.key == "pool.busy") busy = true;
+  }
+  CHECK(reward);
+  CHECK(busy);
+  CHECK(s->series.front().key == "reward"); // the metrics people look for come first
+}
+
+TEST_CASE("the page shows the numbers, escapes names and draws charts") {
+  auto s = load_report_source(make_run("html").string());
+  REQUIRE(s);
+  auto html = render_html({*s});
+  CHECK(html.find("<svg") != std::string::npos);
+  CHECK(html.find("<polyline") != std::string::npos);
+  CHECK(html.find("50.0%") != std::string::npos);
+  CHECK(html.find("1.5x") != std::string::npos);
+  CHECK(html.find("n/a") != std::string::npos);
+  CHECK(html.find("1 correct tasks") != std::string::npos);
+  CHECK(html.find("<script") == std::string::npos); // self-contained, nothing to execute
+}
+
+TEST_CASE("markdown: one row per policy and level") {
+  auto s = load_report_source(make_run("md").string());
+  REQUIRE(s);
+  auto md = render_markdown({*s});
+  CHECK(md.find("| expert | cpu | all | 2 | 50.0% | 50.0% | n/a | 1.5x | n/a |") !=
+        std::string::npos);
+  CHECK(md.find("| expert | cpu | 1 |") != std::string::npos);
+  CHECK(md.find("reward: -1 -> 2 over 3 points") != std::string::npos);
+}
+
+TEST_CASE("what is not a report source is an error naming the path") {
+  auto missing = load_report_source("/nonexistent/kiln_run");
+  CHECK_FALSE(missing);
+  CHECK(missing.message().find("/nonexistent/kiln_run") != std::string::npos);
+  auto d = fs::temp_directory_path() / "kiln_report_test_empty";
+  fs::create_directories(d);
+  auto empty = load_report_source(d.string());
+  CHECK_FALSE(empty);
+  std::ofstream(d / "x.json") << "{\"not\": \"an eval\"}";
+  auto notev = load_report_source((d / "x.json").string());
+  CHECK_FALSE(notev);
+  CHECK(notev.message().find("not a kiln eval result") != std::string::npos);
+}
