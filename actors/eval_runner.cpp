@@ -1,6 +1,7 @@
 #include "actors/eval_runner.hpp"
 
 #include "data/op_vocab.hpp"
+#include "data/task_check.hpp"
 #include "data/task_hash.hpp"
 #include "kiln/embedded_config.hpp"
 #include "skills/expert.hpp"
@@ -104,16 +105,6 @@ bool is_memory_bound(const task& t) {
     }
   }
   return true;
-}
-
-int64_t compulsory_bytes(const task& t) {
-  int64_t n = 0;
-  for (const auto& d : t.inputs) n += numel(d.shape) * 4;
-  for (const auto& d : t.params) n += numel(d.shape) * 4;
-  for (const auto& out : t.outputs)
-    for (const auto& op : t.ops)
-      if (op.out == out) n += numel(op.shape) * (op.is_index ? 8 : 4);
-  return n;
 }
 
 eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, uint64_t seed) {

@@ -32,6 +32,20 @@ bool checked_mul(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_ove
 
 } // namespace
 
+int64_t compulsory_bytes(const task& t) {
+  int64_t n = 0;
+  int64_t esize = static_cast<int64_t>(element_size(t.type));
+  for (const auto& d : t.inputs) n += numel(d.shape) * esize;
+  for (const auto& d : t.params) n += numel(d.shape) * esize;
+  for (const auto& out : t.outputs)
+    for (const auto& op : t.ops)
+      if (op.out == out) {
+        n += numel(op.shape) * (op.is_index ? 8 : esize);
+        break;
+      }
+  return n;
+}
+
 int64_t task_bytes(const task& t) {
   int64_t total = 0;
   auto add = [&](const shape_t& s, std::size_t esize) {

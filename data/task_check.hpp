@@ -17,6 +17,10 @@ struct check_limits {
 // Total bytes of inputs, params and op results (an upper bound on the reference's peak).
 int64_t task_bytes(const task& t);
 
+// Bytes any implementation must move at least once: inputs, params and outputs (int64 for arg*
+// results). Needs shapes (check_task). The memory roofline of the pool and eval's bandwidth.
+int64_t compulsory_bytes(const task& t);
+
 // On error the message names the task origin, the task, the op (index, op name, out) and the field.
 status check_task(task& t, const check_limits& limits = {});
 

@@ -216,7 +216,7 @@ std::string encode(const job& j) {
   key(p, "determinism");
   p.pack(j.verify.check_determinism);
   key(p, "timing");
-  p.pack_map(6);
+  p.pack_map(7);
   key(p, "warmup");
   p.pack(j.timing.warmup);
   key(p, "min_trials");
@@ -229,6 +229,8 @@ std::string encode(const job& j) {
   p.pack(j.timing.time_cap_ms);
   key(p, "flush_bytes");
   p.pack(j.timing.flush_bytes);
+  key(p, "roofline_gbps");
+  p.pack(j.timing.roofline_gbps);
   key(p, "timeout_s");
   p.pack(j.timeout_s);
   key(p, "queue_ms");
@@ -264,6 +266,8 @@ expected<job> decode_job(const std::string& bytes) {
     j.timing.cv_target = t2.f64("cv_target");
     j.timing.time_cap_ms = t2.f64("time_cap_ms");
     j.timing.flush_bytes = t2.i64("flush_bytes");
+    j.timing.roofline_gbps = t2.f64("roofline_gbps", false);
+    if (!(j.timing.roofline_gbps >= 0)) m.fail("timing.roofline_gbps must be >= 0");
     j.timeout_s = m.f64("timeout_s");
     j.queue_ms = m.f64("queue_ms");
     // Ranges: a job must not be able to make the executor loop forever or allocate wildly.
@@ -316,7 +320,7 @@ std::string encode(const outcome& o) {
   }
   key(p, "time");
   if (o.time) {
-    p.pack_map(4);
+    p.pack_map(6);
     key(p, "median_ms");
     p.pack(o.time->median_ms);
     key(p, "cv");
@@ -325,6 +329,10 @@ std::string encode(const outcome& o) {
     p.pack(o.time->trials);
     key(p, "min_ms");
     p.pack(o.time->min_ms);
+    key(p, "roofline_ms");
+    p.pack(o.time->roofline_ms);
+    key(p, "beyond_roofline");
+    p.pack(o.time->beyond_roofline);
   } else {
     p.pack_nil();
   }
@@ -368,6 +376,8 @@ expected<outcome> decode_outcome(const std::string& bytes) {
       tm.cv = t.f64("cv");
       tm.trials = t.i32("trials");
       tm.min_ms = t.f64("min_ms");
+      tm.roofline_ms = t.f64("roofline_ms", false);
+      tm.beyond_roofline = t.boolean("beyond_roofline", false);
       o.time = tm;
     }
     o.queue_ms = m.f64("queue_ms");

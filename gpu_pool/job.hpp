@@ -40,6 +40,9 @@ struct timing_options {
   double cv_target = 0.01;   // stop once the coefficient of variation is below this ...
   double time_cap_ms = 1000; // ... or once this much time went into trials
   int64_t flush_bytes = int64_t{64} << 20; // cache flush before each trial (cpu: > LLC)
+  // Bandwidth for the roofline check (GB/s): 0 = the device's copy bandwidth, measured once per
+  // executor. A kernel timed faster than compulsory bytes / bandwidth is re-verified and flagged.
+  double roofline_gbps = 0;
 };
 
 struct job {
@@ -82,6 +85,8 @@ struct timings {
   double cv = 0; // stddev / mean of the trials
   int trials = 0;
   double min_ms = 0;
+  double roofline_ms = 0;       // compulsory bytes / bandwidth: no honest kernel is faster
+  bool beyond_roofline = false; // it was: re-verified on fresh inputs and kept, but flagged
 };
 
 struct outcome {

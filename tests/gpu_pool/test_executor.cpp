@@ -200,6 +200,29 @@ TEST_CASE("a correct kernel verifies, times, and evaluates, baseline times the r
           " trials); eager ", b.time->median_ms, " ms (cv ", b.time->cv, ")");
 }
 
+TEST_CASE("timings beyond the bandwidth roofline are re-verified and flagged") {
+  auto& c = shared_client();
+  auto real = make_job(job_kind::evaluate, good_kernel());
+  real.timing.flush_bytes = timing_options{}.flush_bytes; // the tests' small flush leaves the
+                                                          // inputs in cache: beyond the roofline
+  auto honest = c.run(real);
+  REQUIRE_MESSAGE(honest.kind == outcome_kind::correct, describe(honest));
+  REQUIRE(honest.time.has_value());
+  CHECK(honest.time->roofline_ms > 0); // the executor measured its bandwidth
+  CHECK_FALSE(honest.time->beyond_roofline);
+  MESSAGE("add_relu ", honest.time->median_ms, " ms; roofline ", honest.time->roofline_ms, " ms");
+
+  // Claim the machine moves 1 MB/s: every kernel is then "too fast", so it is re-verified on
+  // fresh inputs, stays correct, and carries the flag.
+  auto j = make_job(job_kind::evaluate, good_kernel());
+  j.timing.roofline_gbps = 0.001;
+  auto fast = c.run(j);
+  CHECK_MESSAGE(fast.kind == outcome_kind::correct, describe(fast));
+  REQUIRE(fast.time.has_value());
+  CHECK(fast.time->beyond_roofline);
+  CHECK(fast.message.find("beyond the bandwidth roofline") != std::string::npos);
+}
+
 TEST_CASE("segfault: runtime_error naming the signal, the next job succeeds") {
   auto& c = shared_client();
   auto o = c.run(make_job(job_kind::verify, compile(kernel("*(volatile int*)0 = 1;"))));

@@ -82,7 +82,10 @@ TEST_CASE("jobs round trip through msgpack") {
   CHECK_FALSE(d->verify.check_determinism);
   CHECK(d->timing.cv_target == 0.02);
   CHECK(d->timing.flush_bytes == (1 << 20));
+  CHECK(d->timing.roofline_gbps == 0);
   CHECK(d->timeout_s == 12.5);
+  j.timing.roofline_gbps = 123.5;
+  CHECK(decode_job(encode(j))->timing.roofline_gbps == 123.5);
   CHECK(d->queue_ms == 7);
 }
 
@@ -108,13 +111,15 @@ TEST_CASE("outcomes round trip, with and without mismatch and timings") {
 
   outcome t;
   t.kind = outcome_kind::correct;
-  t.time = timings{1.25, 0.01, 40, 1.2};
+  t.time = timings{1.25, 0.01, 40, 1.2, 2.5, true};
   t.retire = true;
   auto e = decode_outcome(encode(t));
   REQUIRE(e.has_value());
   REQUIRE(e->time.has_value());
   CHECK(e->time->median_ms == 1.25);
   CHECK(e->time->trials == 40);
+  CHECK(e->time->roofline_ms == 2.5);
+  CHECK(e->time->beyond_roofline);
   CHECK(e->retire);
   CHECK_FALSE(e->error.has_value());
 
