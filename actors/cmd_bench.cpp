@@ -104,6 +104,8 @@ expected<artifact_ref> crash_artifact(const pool_config& cfg, const task& t) {
 } // namespace
 
 int cmd_bench(const common_args& common, const bench_args& args) {
+  if (args.what == "rollout") return cmd_bench_rollout(common, args);
+  if (args.what == "learner") return cmd_bench_learner(common, args);
   if (args.what != "pool") {
     spdlog::error("kiln bench {}: not in this build yet (pool is)", args.what);
     return 2;

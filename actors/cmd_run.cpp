@@ -4,6 +4,7 @@
 #include "actors/commands.hpp"
 #include "actors/eval_runner.hpp"
 #include "actors/run_config.hpp"
+#include "actors/run_training.hpp"
 #include "actors/task_table.hpp"
 #include "data/reference.hpp"
 #include "data/task_set.hpp"
@@ -146,6 +147,15 @@ int cmd_run(const common_args& common, const run_args& args) {
       return 2;
     }
     summary["eval"] = *evaluated;
+  }
+  if (cfg->rollout_episodes > 0) {
+    auto trained = run_training(*cfg, set.tasks, *run_dir, threads);
+    if (!trained) {
+      spdlog::error("{}", trained.message());
+      std::ofstream(*run_dir + "/summary.json") << summary.dump(2) << "\n";
+      return 2;
+    }
+    summary["rollout"] = *trained;
   }
   std::ofstream(*run_dir + "/summary.json") << summary.dump(2) << "\n";
   std::printf("run directory: %s\n", run_dir->c_str());

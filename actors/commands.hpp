@@ -74,8 +74,31 @@ struct bench_args {
   int compiles = 24; // distinct random programs for compile latency
   int jobs = 200;    // verify jobs at saturation
   int in_flight = 8;
+  // rollout (actors/cmd_bench_rollout.cpp)
+  int episodes = 10000;          // concurrent episodes (null pool) / episodes in total (cpu pool)
+  int turns = 16;                // turns per episode
+  std::string pool = "null";     // null: instant outcomes; cpu: the real pool
+  std::string policy = "expert"; // expert | random (cpu pool only)
+  int group = 4;                 // episodes per task group (cpu pool)
+  std::string scheduler = "sharing"; // rollout: CAF scheduler policy, sharing | stealing
+  // learner (actors/cmd_bench_learner.cpp)
+  bool learn = false; // the smoke-check learning run (proxy reward, see learner/smoke.hpp)
+  int seconds = 120;  // --learn: training time budget
+  int updates = 10;   // async vs sync: updates timed in each mode
+  std::string out;    // --learn: JSONL curve written here
 };
 int cmd_bench(const common_args& common, const bench_args& args);
+int cmd_bench_rollout(const common_args& common, const bench_args& args);
+int cmd_bench_learner(const common_args& common, const bench_args& args);
+
+// `kiln learner`: the learner as its own process (actors/cmd_learner.cpp).
+struct learner_args {
+  std::string config; // empty = the embedded configs/quickstart.toml ([learner], [tasks])
+  std::vector<std::string> overrides;
+  std::string pull, pub; // override learner.pull_endpoint / pub_endpoint
+  std::string resume;    // override learner.resume ("latest" or a file)
+};
+int cmd_learner(const common_args& common, const learner_args& args);
 
 // `kiln report RUN_DIR|EVAL.json ... --out report.html` (actors/cmd_report.cpp).
 struct report_args {

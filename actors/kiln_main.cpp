@@ -69,8 +69,8 @@ int main(int argc, char** argv) {
   rep->add_option("--markdown", report.markdown, "also write the Markdown summary here");
 
   kiln::bench_args bench;
-  auto* be = app.add_subcommand("bench", "throughput figures: pool");
-  be->add_option("what", bench.what, "pool")->required();
+  auto* be = app.add_subcommand("bench", "throughput figures: pool, rollout");
+  be->add_option("what", bench.what, "pool | rollout | learner")->required();
   be->add_flag("--json", bench.json, "print one JSON object");
   be->add_option("--suite", bench.suites, "tasks to run (default: data/suites/level1/cpu)");
   be->add_option("--backend", bench.backend, "cpu or cuda")->capture_default_str();
@@ -82,6 +82,34 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   be->add_option("--jobs", bench.jobs, "verify jobs at saturation")->capture_default_str();
   be->add_option("--in-flight", bench.in_flight, "requests in flight")->capture_default_str();
+  be->add_option("--episodes", bench.episodes, "rollout: concurrent episodes (cpu pool: total)")
+      ->capture_default_str();
+  be->add_option("--turns", bench.turns, "rollout: turns per episode")->capture_default_str();
+  be->add_option("--pool", bench.pool, "rollout: null (instant outcomes) or cpu")
+      ->capture_default_str();
+  be->add_option("--policy", bench.policy, "rollout with --pool cpu: expert or random")
+      ->capture_default_str();
+  be->add_option("--group", bench.group, "rollout with --pool cpu: episodes per task group")
+      ->capture_default_str();
+  be->add_option("--scheduler", bench.scheduler, "rollout: CAF scheduler, sharing or stealing")
+      ->capture_default_str();
+  be->add_flag("--learn", bench.learn,
+               "learner: smoke-check learning run on a proxy reward (no pool; learner/smoke.hpp)");
+  be->add_option("--seconds", bench.seconds, "learner --learn: training time budget")
+      ->capture_default_str();
+  be->add_option("--updates", bench.updates, "learner: updates timed in async and sync mode")
+      ->capture_default_str();
+  be->add_option("--out", bench.out, "learner --learn: write the curve (JSONL) here");
+
+  kiln::learner_args learner;
+  auto* lrn = app.add_subcommand(
+      "learner", "the PPO learner as its own process: PULL trajectories, PUB weights");
+  lrn->add_option("config", learner.config,
+                  "config file ([learner], [tasks]; default: quickstart)");
+  lrn->add_option("--set", learner.overrides, "override a config key: KEY=VALUE (TOML value)");
+  lrn->add_option("--pull", learner.pull, "trajectory PULL endpoint (e.g. tcp://*:5557)");
+  lrn->add_option("--pub", learner.pub, "weights PUB endpoint (e.g. tcp://*:5558)");
+  lrn->add_option("--resume", learner.resume, "latest, or a checkpoint file");
 
   kiln::synth_args synth;
   auto* syn =
@@ -132,9 +160,11 @@ int main(int argc, char** argv) {
   if (*ev) return kiln::cmd_eval(common, eval);
   if (*rep) return kiln::cmd_report(common, report);
   if (*be) {
-    if (bench.suites.empty()) bench.suites = {KILN_SOURCE_DIR "/data/suites/level1/cpu"};
+    if (bench.suites.empty() && bench.what != "learner")
+      bench.suites = {KILN_SOURCE_DIR "/data/suites/level1/cpu"};
     return kiln::cmd_bench(common, bench);
   }
+  if (*lrn) return kiln::cmd_learner(common, learner);
   if (*exe) return kiln::executor_main(exec);
   return 2;
 }

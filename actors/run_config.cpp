@@ -24,11 +24,78 @@ expected<run_config> read_run_config(config_reader& r) {
   c.cache_dir = r.path("pool.cache_dir", "");
   c.devices = static_cast<int>(r.integer("pool.devices", 1, 1, 1024));
   c.compile_workers = static_cast<int>(r.integer("pool.compile_workers", 2, 1, 1024));
+  c.learner.seed = c.seed;
+  c.learner.backend = c.backend;
+  read_learner_config(r, c.learner);
+  c.rollout_episodes = r.integer("rollout.episodes", 0, 0);
+  c.rollout_policy = r.choice("rollout.policy", c.rollout_policy, {"model", "expert", "random"});
+  c.rollout_max_concurrent = r.integer("rollout.max_concurrent", c.rollout_max_concurrent, 1);
+  c.rollout_group_size = r.integer("rollout.group_size", c.rollout_group_size, 1, 1024);
+  c.rollout_max_turns = static_cast<int>(r.integer("rollout.max_turns", 2, 1, 64));
+  c.rollout_max_tasks = r.integer("rollout.max_tasks", 0, 0);
+  c.rollout_progress_s = r.real("rollout.progress_s", c.rollout_progress_s);
+  c.rollout_verify_checks = static_cast<int>(r.integer("rollout.verify_checks", 5, 1, 100));
+  c.rollout_timing_cap_ms = r.real("rollout.timing_cap_ms", c.rollout_timing_cap_ms);
   if (auto st = r.finish(); !st) return st.err();
   if (c.suites.empty())
     return error{c.origin + ": key 'tasks.suites': at least one suite path is required"};
   if (c.name.empty()) return error{c.origin + ": key 'run.name': must not be empty"};
   return c;
+}
+
+void read_learner_config(config_reader& r, learner_config& out) {
+  auto i32 = [&](const std::string& k, int fallback, int lo, int hi) {
+    return static_cast<int>(r.integer("learner." + k, fallback, lo, hi));
+  };
+  auto& m = out.model;
+  m.d_model = i32("model.d_model", m.d_model, 8, 65536);
+  m.n_layers = i32("model.n_layers", m.n_layers, 1, 1024);
+  m.n_heads = i32("model.n_heads", m.n_heads, 1, 1024);
+  m.d_ff = i32("model.d_ff", m.d_ff, 0, 1 << 20);
+  m.max_len = i32("model.max_len", m.max_len, 2, 1 << 20);
+  m.tied = r.boolean("learner.model.tied", m.tied);
+  auto& p = out.ppo;
+  p.gamma = r.real("learner.ppo.gamma", p.gamma);
+  p.lambda = r.real("learner.ppo.lambda", p.lambda);
+  p.eps_low = r.real("learner.ppo.eps_low", p.eps_low);
+  p.eps_high = r.real("learner.ppo.eps_high", p.eps_high);
+  p.vf_coef = r.real("learner.ppo.vf_coef", p.vf_coef);
+  p.ent_coef = r.real("learner.ppo.ent_coef", p.ent_coef);
+  p.behav_cap = r.real("learner.ppo.behav_cap", p.behav_cap);
+  p.behav_mask = r.boolean("learner.ppo.behav_mask", p.behav_mask);
+  p.normalize_adv = r.boolean("learner.ppo.normalize_adv", p.normalize_adv);
+  out.lr = r.real("learner.lr", out.lr);
+  out.lr_schedule =
+      r.choice("learner.lr_schedule", out.lr_schedule, {"constant", "linear", "cosine"});
+  out.warmup_steps = r.integer("learner.warmup_steps", out.warmup_steps, 0);
+  out.total_steps = r.integer("learner.total_steps", out.total_steps, 0);
+  out.lr_min_ratio = r.real("learner.lr_min_ratio", out.lr_min_ratio);
+  out.grad_clip = r.real("learner.grad_clip", out.grad_clip);
+  out.weight_decay = r.real("learner.weight_decay", out.weight_decay);
+  out.batch_size = i32("batch_size", out.batch_size, 1, 1 << 20);
+  out.epochs = i32("epochs", out.epochs, 1, 1000);
+  out.minibatches = i32("minibatches", out.minibatches, 1, 1 << 20);
+  out.device = r.string("learner.device", out.device);
+  out.chunk_tokens = r.integer("learner.chunk_tokens", out.chunk_tokens, 1);
+  out.eta = i32("eta", out.eta, 0, 1 << 20);
+  out.reward_placement =
+      r.choice("learner.reward_placement", out.reward_placement, {"episode", "turn"});
+  out.temperature = r.real("learner.temperature", out.temperature);
+  out.stage = r.choice("learner.stage", out.stage, {"sft", "value", "ppo", "all"});
+  out.sft_steps = r.integer("learner.sft_steps", out.sft_steps, 0);
+  out.sft_batch = i32("sft_batch", out.sft_batch, 1, 1 << 20);
+  out.value_updates = r.integer("learner.value_updates", out.value_updates, 0);
+  out.max_updates = r.integer("learner.max_updates", out.max_updates, 0);
+  out.checkpoint_dir = r.path("learner.checkpoint_dir", out.checkpoint_dir);
+  out.checkpoint_every = r.integer("learner.checkpoint_every", out.checkpoint_every, 0);
+  out.keep_checkpoints = i32("keep_checkpoints", out.keep_checkpoints, 1, 1 << 20);
+  out.resume = r.string("learner.resume", out.resume);
+  out.metrics_path = r.path("learner.metrics_path", out.metrics_path);
+  out.pull_endpoint = r.string("learner.pull_endpoint", out.pull_endpoint);
+  out.pub_endpoint = r.string("learner.pub_endpoint", out.pub_endpoint);
+  out.queue_capacity = i32("queue_capacity", out.queue_capacity, 1, 1 << 24);
+  out.seed = static_cast<uint64_t>(r.integer("learner.seed", static_cast<int64_t>(out.seed), 0));
+  out.threads = i32("threads", out.threads, 0, 4096);
 }
 
 expected<config_reader> open_config(const std::string& path) {

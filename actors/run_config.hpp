@@ -4,6 +4,7 @@
 
 #include "actors/config_reader.hpp"
 #include "data/expected.hpp"
+#include "learner/learner_config.hpp"
 
 #include <cstdint>
 #include <string>
@@ -32,7 +33,24 @@ struct run_config {
   std::string cache_dir; // empty: default_cache_dir()
   int devices = 1;
   int compile_workers = 2;
+  // [learner], [learner.model], [learner.ppo] (learner/learner_config.hpp)
+  learner_config learner;
+  // [rollout]: training episodes after validation (0: none). policy "model" hosts the learner
+  // in-process and samples from its newest weights; "expert" / "random" only stream
+  // trajectories.
+  int64_t rollout_episodes = 0;
+  std::string rollout_policy = "model";
+  int64_t rollout_max_concurrent = 64;
+  int64_t rollout_group_size = 4;
+  int rollout_max_turns = 2;
+  int64_t rollout_max_tasks = 0; // training tasks taken from [tasks] (0 = all that validated)
+  double rollout_progress_s = 5; // seconds between progress lines and metrics rows
+  int rollout_verify_checks = 5; // fresh-input checks per evaluated program
+  double rollout_timing_cap_ms = 1000;
 };
+
+// Reads the [learner] keys into `out` (defaults: learner_config's); problems go to the reader.
+void read_learner_config(config_reader& r, learner_config& out);
 
 expected<run_config> read_run_config(config_reader& r);
 

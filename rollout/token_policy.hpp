@@ -14,11 +14,14 @@
 namespace kiln {
 
 struct decode_slot {
-  uint64_t seq_id = 0;                         // stable while the sequence lives (KV caches)
-  const task* spec = nullptr;                  // the episode's task
-  const std::vector<int32_t>* context = nullptr; // the whole context so far, this turn's prefix last
-  int32_t turn_start = 0;                      // index in *context where this turn's program began
-  const std::vector<uint8_t>* mask = nullptr;  // valid next program tokens (program_token_count())
+  uint64_t seq_id = 0;        // stable while the sequence lives (KV caches)
+  const task* spec = nullptr; // the episode's task
+  const std::vector<int32_t>* context =
+      nullptr;            // the whole context so far, this turn's prefix last
+  int32_t turn_start = 0; // index in *context where this turn's program began
+  // Valid next program tokens (program_token_count() long); nullptr when the policy said it
+  // does not read masks (uses_mask() false): the server still rejects a token off the grammar.
+  const std::vector<uint8_t>* mask = nullptr;
   // Written by step():
   int32_t token = -1;
   float logprob = 0; // log-probability of `token` under the policy, after masking
@@ -36,6 +39,9 @@ public:
   virtual void release(uint64_t seq_id) {}
   // Called between steps: swap in newer weights if some arrived; true when the version changed.
   virtual bool refresh() { return false; }
+  // False for policies that never read slot.mask (a replayed program): the server then skips
+  // building masks, which is most of its per-token cost for such policies.
+  virtual bool uses_mask() const { return true; }
 };
 
 } // namespace kiln

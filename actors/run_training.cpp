@@ -1,0 +1,194 @@
+// The learner trains on its own thread while the actors roll out; the calling thread only waits
+// for the coordinator's summary, and a second thread turns progress into lines and metrics rows.
+#include "actors/run_training.hpp"
+
+#include "actors/actor_system_setup.hpp"
+#include "actors/eval_runner.hpp"
+#include "actors/messages.hpp"
+#include "learner/learner.hpp"
+#include "learner/model_policy.hpp"
+#include "rollout/builtin_policies.hpp"
+#include "rollout/coordinator.hpp"
+#include "rollout/policy_server.hpp"
+#include "rollout/trajectory_sink.hpp"
+
+#include <atomic>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <thread>
+#include <unistd.h>
+
+namespace kiln {
+
+namespace {
+
+using json = nlohmann::json;
+
+double num(const json& j, const char* k) {
+  return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0;
+}
+
+// One compact line a person can follow, from the coordinator's progress JSON.
+void print_progress(const json& s, double t, int64_t total, int64_t learner_version) {
+  double turns = num(s, "turns"), correct = num(s, "correct_turns");
+  spdlog::info("[rollout {:6.0f} s] episodes {:.0f}/{} running {:.0f} | {:.2f} ep/s {:.2f} steps/s "
+               "| pass {:.1f}% | reward {:+.3f} | version {}",
+               t, num(s, "episodes"), total, num(s, "running"), num(s, "episodes_per_s"),
+               num(s, "steps_per_s"), turns > 0 ? 100 * correct / turns : 0.0,
+               num(s, "mean_reward"), learner_version);
+}
+
+} // namespace
+
+expected<json> run_training(const run_config& cfg, const std::vector<task>& all_tasks,
+                            const std::string& run_dir, int threads) {
+  std::vector<task> tasks = all_tasks;
+  if (cfg.rollout_max_tasks > 0 && static_cast<int64_t>(tasks.size()) > cfg.rollout_max_tasks)
+    tasks.resize(static_cast<std::size_t>(cfg.rollout_max_tasks));
+  if (tasks.empty()) return error{"rollout: no valid tasks to train on"};
+  auto cache = cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir;
+  auto pcfg = make_pool_config(cfg.backend, cache, cfg.devices, cfg.compile_workers);
+  if (!pcfg) return pcfg.err();
+
+  bool hosted = cfg.rollout_policy == "model";
+  // ipc paths are limited to ~100 bytes: a short one per process, not one under the run dir.
+  std::string endpoint = "ipc:///tmp/kiln-" + std::to_string(getpid()) + "-trajectories";
+  std::unique_ptr<learner> learn;
+  std::unique_ptr<token_policy> policy;
+  learner_config lc = cfg.learner;
+  if (hosted) {
+    lc.checkpoint_dir = run_dir + "/checkpoints";
+    lc.metrics_path = run_dir + "/learner.jsonl";
+    lc.pull_endpoint = endpoint;
+    lc.pub_endpoint.clear(); // in-process weights
+    auto l = learner::create(lc, tasks);
+    if (!l) return error{"learner: " + l.message()};
+    learn = std::move(*l);
+    model_policy_options mo;
+    mo.model = lc.model;
+    mo.temperature = lc.temperature;
+    mo.slot = learn->weights();
+    mo.init_seed = cfg.seed;
+    auto p = model_policy::create(mo);
+    if (!p) return error{"policy: " + p.message()};
+    policy = std::move(*p);
+  } else {
+    policy =
+        cfg.rollout_policy == "random" ? make_random_policy() : make_expert_policy(pcfg->backend);
+  }
+
+  caf::actor_system_config sc;
+  configure_actor_system(sc, {threads, "sharing"});
+  register_rollout_messages(sc);
+  caf::actor_system sys{sc};
+  sink_config skc;
+  skc.endpoint = endpoint;
+  skc.bind = !hosted; // the hosted learner binds its PULL; without one, trajectories wait here
+  caf::actor sink;
+  if (hosted) {
+    auto s = spawn_trajectory_sink(sys, skc);
+    if (!s.error.empty()) return error{"trajectory sink: " + s.error};
+    sink = s.actor;
+    if (auto st = learn->start(); !st) return error{"learner: " + st.message()};
+  }
+  auto pool = spawn_device_pool(sys, *pcfg);
+  policy_server_config psc;
+  psc.seed = cfg.seed;
+  auto server = spawn_policy_server(sys, std::move(policy), psc);
+
+  std::vector<std::shared_ptr<rollout_task>> rtasks;
+  rollout_job_options jo;
+  jo.verify_checks = cfg.rollout_verify_checks;
+  jo.timing_cap_ms = cfg.rollout_timing_cap_ms;
+  for (const auto& t : tasks) rtasks.push_back(make_rollout_task(t, jo));
+  coordinator_config cc;
+  cc.admission.max_concurrent = cfg.rollout_max_concurrent;
+  cc.admission.group_size = cfg.rollout_group_size;
+  cc.admission.total = cfg.rollout_episodes;
+  cc.admission.eta = hosted ? lc.eta : -1;
+  cc.admission.batch = lc.batch_size;
+  cc.episode.max_turns = cfg.rollout_max_turns;
+  episode_peers peers;
+  peers.policy_server = server;
+  peers.pool = pool;
+  peers.sink = sink;
+  auto coord = spawn_coordinator(sys, rtasks, cc, peers);
+  caf::scoped_actor self{sys};
+  self->send(server, subscribe_atom::value, coord);
+
+  spdlog::info("rollout: {} episodes over {} tasks, policy {}, {} concurrent, groups of {}, "
+               "{} turns; metrics in {}/rollout.jsonl{}",
+               cfg.rollout_episodes, tasks.size(), cfg.rollout_policy, cfg.rollout_max_concurrent,
+               cfg.rollout_group_size, cfg.rollout_max_turns, run_dir,
+               hosted ? " and learner.jsonl" : "");
+  auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread progress([&] {
+    caf::scoped_actor probe{sys};
+    std::ofstream rows(run_dir + "/rollout.jsonl");
+    auto period = std::chrono::milliseconds(static_cast<int64_t>(cfg.rollout_progress_s * 1000));
+    double last_turns = 0, last_correct = 0, last_episodes = 0, last_reward_sum = 0;
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, period, [&] { return done; })) {
+      json s;
+      probe->request(coord, std::chrono::seconds(5), server_stats_atom::value)
+          .receive([&](const std::string& text) { s = json::parse(text, nullptr, false); },
+                   [](caf::error&) {});
+      if (!s.is_object()) continue;
+      int64_t v = learn ? learn->version() : 0;
+      s["t"] = elapsed();
+      s["learner_version"] = v;
+      if (num(s, "turns") > 0) s["pass_rate"] = num(s, "correct_turns") / num(s, "turns");
+      // The counters are cumulative; the window since the last row shows learning as it happens.
+      double turns = num(s, "turns"), correct = num(s, "correct_turns");
+      double episodes = num(s, "episodes"), reward_sum = num(s, "mean_reward") * episodes;
+      if (turns > last_turns)
+        s["window_pass_rate"] = (correct - last_correct) / (turns - last_turns);
+      if (episodes > last_episodes)
+        s["window_reward"] = (reward_sum - last_reward_sum) / (episodes - last_episodes);
+      last_turns = turns, last_correct = correct, last_episodes = episodes;
+      last_reward_sum = reward_sum;
+      rows << s.dump() << "\n" << std::flush;
+      print_progress(s, elapsed(), cfg.rollout_episodes, v);
+    }
+  });
+
+  json summary;
+  std::string failure;
+  self->request(coord, std::chrono::seconds(30 * 24 * 3600), run_atom::value)
+      .receive([&](const std::string& text) { summary = json::parse(text, nullptr, false); },
+               [&](caf::error& e) { failure = sys.render(e); });
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  progress.join();
+  if (learn) {
+    learn->stop(); // writes the final checkpoint
+    summary["learner_version"] = learn->version();
+    summary["learner_steps"] = learn->steps();
+    summary["trajectories_trained"] = learn->trajectories_trained();
+    summary["checkpoints"] = lc.checkpoint_dir;
+  }
+  for (const auto& a : {coord, server, pool}) self->send_exit(a, caf::exit_reason::user_shutdown);
+  if (sink) self->send_exit(sink, caf::exit_reason::user_shutdown);
+  ::unlink(endpoint.substr(6).c_str());
+  if (!failure.empty()) return error{"rollout: " + failure};
+  summary["seconds"] = elapsed();
+  return summary;
+}
+
+} // namespace kiln

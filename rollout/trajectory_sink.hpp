@@ -1,0 +1,33 @@
+// The trajectory sink: the only owner of the ZeroMQ PUSH socket (sockets are not thread-safe), a
+// detached actor so a slow send never holds a scheduler thread. Backpressure instead of loss: a
+// push is answered only once ZeroMQ took the message; while the high-water mark is reached the
+// sink keeps the messages queued and retries, so episodes wait and nothing is dropped.
+//   episode --(push, msgpack bytes)--> sink --zmq PUSH (sndhwm)==> learner PULL; reply: true
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+#include <cstdint>
+#include <string>
+
+namespace kiln {
+
+struct sink_config {
+  std::string endpoint = "tcp://127.0.0.1:5557";
+  bool bind = true;     // PUSH binds (the learner connects); false: connect to a bound PULL
+  int sndhwm = 1000;    // messages ZeroMQ queues per peer before send would block
+  int linger_ms = 1000; // on shutdown, how long queued messages may still be delivered
+  int retry_ms = 1;     // re-try interval while the high-water mark is reached
+};
+
+// Messages:
+//   (push_atom, std::string bytes) -> bool   answered once handed to ZeroMQ (true)
+//   (server_stats_atom) -> std::string       JSON: sent, bytes, queued, max_queued, retries
+// A bad endpoint is reported by spawn (the error names it).
+struct spawned_sink {
+  caf::actor actor;
+  std::string error; // non-empty: the socket could not be set up
+};
+spawned_sink spawn_trajectory_sink(caf::actor_system& sys, const sink_config& cfg);
+
+} // namespace kiln
