@@ -4,6 +4,9 @@
 #include "data/task_check.hpp"
 #include "data/task_hash.hpp"
 #include "kiln/embedded_config.hpp"
+#include "learner/model_policy.hpp"
+#include "rollout/grammar_state.hpp"
+#include "rollout/token_space.hpp"
 #include "skills/expert.hpp"
 #include "skills/grammar.hpp"
 #ifdef KILN_HAVE_CUDA
@@ -74,10 +77,8 @@ expected<pool_config> make_pool_config(const std::string& backend, const std::st
 }
 
 expected<policy_spec> parse_policy(const std::string& name) {
-  if (name == "expert" || name == "random") return policy_spec{name, name == "random"};
-  if (fs::exists(name))
-    return error{"policy " + name +
-                 ": checkpoint policies need the learner's model (issue #5), not in this build"};
+  if (name == "expert" || name == "random") return policy_spec{name, name == "random", ""};
+  if (fs::is_regular_file(name)) return policy_spec{name, false, name};
   return error{"policy " + name + ": expected expert, random or a checkpoint file"};
 }
 
@@ -107,6 +108,53 @@ bool is_memory_bound(const task& t) {
   return true;
 }
 
+// The checkpoint's program for `t`: greedy decoding of one turn under the grammar mask, from the
+// same prompt an episode starts with. Serialized: one model, many evaluation threads.
+expected<program> checkpoint_program(const task& t, const policy_spec& p) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<model_policy>> models;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& m = models[p.checkpoint];
+  if (!m) {
+    model_policy_options o;
+    o.checkpoint = p.checkpoint;
+    o.temperature = 0; // greedy: evaluation is deterministic
+    auto created = model_policy::create(o);
+    if (!created) return error{"checkpoint " + p.checkpoint + ": " + created.message()};
+    m = std::move(*created);
+  }
+  grammar_state g(std::make_shared<const grammar_tables>(t));
+  std::vector<int32_t> context = {token_of(special_token::bos)};
+  auto tt = task_tokens(t);
+  context.insert(context.end(), tt.begin(), tt.end());
+  context.push_back(token_of(special_token::task_end));
+  context.push_back(token_of(special_token::program));
+  std::vector<int> program_tokens;
+  std::vector<uint8_t> mask(static_cast<std::size_t>(program_token_count()));
+  std::mt19937_64 rng(1);
+  static uint64_t next_seq = 1;
+  uint64_t seq = next_seq++;
+  int32_t turn_start = static_cast<int32_t>(context.size());
+  while (!g.done() && program_tokens.size() < 512) {
+    std::fill(mask.begin(), mask.end(), 0);
+    if (g.fill_mask(mask) == 0) break;
+    std::vector<decode_slot> batch(1);
+    batch[0].seq_id = seq;
+    batch[0].spec = &t;
+    batch[0].context = &context;
+    batch[0].turn_start = turn_start;
+    batch[0].mask = &mask;
+    m->step(batch, rng);
+    int32_t tok = batch[0].token;
+    if (tok < 0 || !g.advance(tok)) break;
+    context.push_back(tok);
+    program_tokens.push_back(tok);
+  }
+  m->release(seq);
+  if (!g.done()) return error{"checkpoint " + p.checkpoint + ": no complete program for " + t.name};
+  return parse_program(tokens_to_text(program_tokens));
+}
+
 eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, uint64_t seed) {
   eval_row r;
   r.task = t.name;
@@ -121,7 +169,15 @@ eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, u
   }
   r.eager_ms = base.time->median_ms;
   program prog;
-  if (p.random) {
+  if (!p.checkpoint.empty()) {
+    auto cp = checkpoint_program(t, p);
+    if (!cp) {
+      r.outcome = "policy_failed";
+      r.message = cp.message();
+      return r;
+    }
+    prog = *cp;
+  } else if (p.random) {
     std::mt19937_64 rng(seed ^ fnv1a64(t.name));
     prog = *parse_program(tokens_to_text(sample_program(t, rng))); // masked: always parses
   } else {

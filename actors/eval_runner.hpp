@@ -21,10 +21,11 @@ expected<pool_config> make_pool_config(const std::string& backend, const std::st
                                        int devices, int compile_workers);
 
 struct policy_spec {
-  std::string name; // "expert" | "random"
+  std::string name; // "expert" | "random" | a checkpoint path
   bool random = false;
+  std::string checkpoint; // a learner checkpoint: its model writes programs greedily
 };
-// "expert" or "random"; an error naming what else was given (checkpoints need the learner).
+// "expert", "random" or an existing checkpoint file; an error naming what else was given.
 expected<policy_spec> parse_policy(const std::string& name);
 
 // Evaluates every task with `parallel` requests in flight; logs one line per task as it finishes.

@@ -1,0 +1,31 @@
+# The whole loop as a user drives it: `kiln run` (embedded quickstart, small) trains and leaves a
+# checkpoint and metrics in its run directory; `kiln eval --policy CHECKPOINT` evaluates it through
+# the pool; `kiln report` turns the run directory into HTML + Markdown.
+file(REMOVE_RECURSE ${OUT}/loop_runs)
+execute_process(COMMAND ${KILN} run --set tasks.max_tasks=4 --set eval.max_tasks=2
+                  --set rollout.episodes=8 --set rollout.max_tasks=2
+                  --set run.out_dir=${OUT}/loop_runs --set pool.cache_dir=${OUT}/kernel_cache
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT "${out}${err}" MATCHES "learner: checkpoint")
+  message(FATAL_ERROR "kiln run exited ${rc}:\n${out}\n${err}")
+endif()
+file(GLOB run_dir ${OUT}/loop_runs/quickstart-*)
+foreach(f summary.json eval.json rollout.jsonl learner.jsonl checkpoints/latest)
+  if(NOT EXISTS ${run_dir}/${f})
+    message(FATAL_ERROR "the run directory lacks ${f}")
+  endif()
+endforeach()
+file(GLOB ckpt ${run_dir}/checkpoints/ckpt-v*.pt)
+list(GET ckpt 0 ckpt)
+execute_process(COMMAND ${KILN} eval --policy ${ckpt} --max-tasks 1
+                  --suite ${SOURCE}/data/suites/level1/cpu --cache-dir ${OUT}/kernel_cache
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "tasks 1 +pass")
+  message(FATAL_ERROR "kiln eval --policy ${ckpt} exited ${rc}:\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${KILN} report ${run_dir} --out ${OUT}/loop_report.html
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+file(READ ${OUT}/loop_report.html html)
+if(NOT rc EQUAL 0 OR NOT html MATCHES "<polyline" OR NOT html MATCHES "Evaluation: expert")
+  message(FATAL_ERROR "kiln report exited ${rc}:\n${out}\n${err}")
+endif()
