@@ -22,17 +22,7 @@ extern "C" void on_signal(int) { g_stop = true; }
 } // namespace
 
 int cmd_learner(const common_args& common, const learner_args& args) {
-  auto reader = open_config(args.config);
-  if (!reader) {
-    spdlog::error("{}", reader.message());
-    return 2;
-  }
-  for (const auto& o : args.overrides)
-    if (auto st = reader->set(o); !st) {
-      spdlog::error("{}", st.message());
-      return 2;
-    }
-  auto cfg = read_run_config(*reader);
+  auto cfg = load_run_config(args.config, args.overrides);
   if (!cfg) {
     spdlog::error("{}", cfg.message());
     return 2;

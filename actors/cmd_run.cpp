@@ -85,17 +85,7 @@ expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args
 } // namespace
 
 int cmd_run(const common_args& common, const run_args& args) {
-  auto reader = open_config(args.config);
-  if (!reader) {
-    spdlog::error("{}", reader.message());
-    return 2;
-  }
-  for (const auto& o : args.overrides)
-    if (auto st = reader->set(o); !st) {
-      spdlog::error("{}", st.message());
-      return 2;
-    }
-  auto cfg = read_run_config(*reader);
+  auto cfg = load_run_config(args.config, args.overrides);
   if (!cfg) {
     spdlog::error("{}", cfg.message());
     return 2;

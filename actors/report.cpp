@@ -32,7 +32,8 @@ void read_metrics(const fs::path& p, report_source& src) {
   std::map<std::string, metric_series> by_key;
   std::string line;
   int64_t n = 0, bad = 0;
-  static const char* x_keys[] = {"step", "update", "version", "episodes", "t", "elapsed_s"};
+  // Learner rows count steps, rollout rows time; a version or episode count is a fallback.
+  static const char* x_keys[] = {"step", "update", "t", "elapsed_s", "episodes", "version"};
   while (std::getline(in, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -277,18 +278,41 @@ std::string render_html(const std::vector<report_source>& sources) {
   o << "<!doctype html><html><head><meta charset=\"utf-8\"><title>Kiln report</title><style>"
     << kStyle << "</style></head><body><h1>Kiln report</h1>";
   // Side by side first: the question people open a report with is "which checkpoint is better".
-  o << "<h2>Policies side by side</h2><table><tr><th>source</th><th>policy</th><th>backend</th>";
-  for (const char* c : kColumns) o << "<th>" << c << "</th>";
-  o << "</tr>";
+  bool any_eval = false;
+  for (const auto& s : sources) any_eval |= !s.evals.empty();
+  if (any_eval) {
+    o << "<h2>Policies side by side</h2><table><tr><th>source</th><th>policy</th><th>backend</th>";
+    for (const char* c : kColumns) o << "<th>" << c << "</th>";
+    o << "</tr>";
+    for (const auto& s : sources)
+      for (const auto& e : s.evals) {
+        o << "<tr><td>" << esc(s.label) << "</td><td>" << esc(e.value("policy", std::string("?")))
+          << "</td><td>" << esc(e.value("backend", std::string("?"))) << "</td>";
+        const json overall = e.value("overall", json::object());
+        for (const char* c : kColumns) o << "<td>" << esc(cell(overall, c)) << "</td>";
+        o << "</tr>";
+      }
+    o << "</table>";
+  }
+  // Training runs: what each run's rollouts earned (summary.json of `kiln run`).
+  bool any_rollout = false;
   for (const auto& s : sources)
-    for (const auto& e : s.evals) {
-      o << "<tr><td>" << esc(s.label) << "</td><td>" << esc(e.value("policy", std::string("?")))
-        << "</td><td>" << esc(e.value("backend", std::string("?"))) << "</td>";
-      const json overall = e.value("overall", json::object());
-      for (const char* c : kColumns) o << "<td>" << esc(cell(overall, c)) << "</td>";
-      o << "</tr>";
+    any_rollout |= s.summary.is_object() && s.summary.contains("rollout");
+  if (any_rollout) {
+    o << "<h2>Training runs</h2><table><tr><th>run</th><th>episodes</th><th>pass</th>"
+         "<th>mean reward</th><th>learner version</th><th>seconds</th></tr>";
+    for (const auto& s : sources) {
+      if (!s.summary.is_object() || !s.summary.contains("rollout")) continue;
+      const json r = s.summary["rollout"];
+      double turns = r.value("turns", 0.0), correct = r.value("correct_turns", 0.0);
+      o << "<tr><td>" << esc(s.label) << "</td><td>" << num(r.value("episodes", 0.0), 6)
+        << "</td><td>" << (turns > 0 ? num(100 * correct / turns) + "%" : std::string("-"))
+        << "</td><td>" << num(r.value("mean_reward", 0.0)) << "</td><td>"
+        << (r.contains("learner_version") ? r["learner_version"].dump() : std::string("-"))
+        << "</td><td>" << num(r.value("seconds", 0.0)) << "</td></tr>";
     }
-  o << "</table>";
+    o << "</table>";
+  }
   for (const auto& s : sources) {
     o << "<h2>" << esc(s.label) << "</h2>";
     if (s.summary.is_object()) {

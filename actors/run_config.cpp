@@ -104,4 +104,13 @@ expected<config_reader> open_config(const std::string& path) {
                               embedded_config_dir);
 }
 
+expected<run_config> load_run_config(const std::string& path,
+                                     const std::vector<std::string>& overrides) {
+  auto reader = open_config(path);
+  if (!reader) return reader.err();
+  for (const auto& o : overrides)
+    if (auto st = reader->set(o); !st) return st.err();
+  return read_run_config(*reader);
+}
+
 } // namespace kiln

@@ -57,4 +57,9 @@ expected<run_config> read_run_config(config_reader& r);
 // The reader for `path`, or for the quickstart config embedded in the binary when `path` is empty.
 expected<config_reader> open_config(const std::string& path);
 
+// open_config, then each `KEY=VALUE` override, then read_run_config: the config of `kiln run` and
+// `kiln learner`. The error names the file, line and key.
+expected<run_config> load_run_config(const std::string& path,
+                                     const std::vector<std::string>& overrides);
+
 } // namespace kiln

@@ -188,6 +188,12 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   ::unlink(endpoint.substr(6).c_str());
   if (!failure.empty()) return error{"rollout: " + failure};
   summary["seconds"] = elapsed();
+  double turns = num(summary, "turns");
+  spdlog::info("rollout done: {:.0f} episodes in {:.0f} s | pass {:.1f}% | mean reward {:+.3f} | "
+               "learner version {}",
+               num(summary, "episodes"), elapsed(),
+               turns > 0 ? 100 * num(summary, "correct_turns") / turns : 0.0,
+               num(summary, "mean_reward"), learn ? learn->version() : 0);
   return summary;
 }
 

@@ -1,4 +1,4 @@
-// Task texts shared by the data/ tests.
+// Task texts shared by the tests.
 #pragma once
 
 namespace kiln::test {
@@ -39,6 +39,33 @@ out = "y2"
 op = "leaky_relu"
 args = ["y1"]
 attrs = { negative_slope = 0.01 }
+)";
+
+// y = relu(x + b), x [256, 1024], b [1024]: the pool's executor tests (cpu and cuda).
+inline const char* kAddRelu = R"(
+name = "add_relu"
+level = 1
+dtype = "float32"
+outputs = ["y"]
+[tolerance]
+atol = 1e-5
+rtol = 1e-5
+[[inputs]]
+name = "x"
+shape = [256, 1024]
+init = "normal"
+[[params]]
+name = "b"
+shape = [1024]
+init = "uniform"
+[[ops]]
+out = "y0"
+op = "add"
+args = ["x", "b"]
+[[ops]]
+out = "y"
+op = "relu"
+args = ["y0"]
 )";
 
 } // namespace kiln::test

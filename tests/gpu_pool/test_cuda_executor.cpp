@@ -11,6 +11,7 @@
 #include "data/task_parse.hpp"
 #include "skills/codegen_cuda.hpp"
 #include "skills/expert.hpp"
+#include "tests/data/sample_tasks.hpp"
 
 #include <csignal>
 #include <cstdio>
@@ -27,37 +28,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// y = relu(x + b), x [512, 1024], b [1024]: big enough that a kernel takes microseconds.
-const char* kTask = R"(
-name = "add_relu"
-level = 1
-dtype = "float32"
-outputs = ["y"]
-[tolerance]
-atol = 1e-5
-rtol = 1e-5
-[[inputs]]
-name = "x"
-shape = [512, 1024]
-init = "normal"
-[[params]]
-name = "b"
-shape = [1024]
-init = "uniform"
-[[ops]]
-out = "y0"
-op = "add"
-args = ["x", "b"]
-[[ops]]
-out = "y"
-op = "relu"
-args = ["y0"]
-)";
-
 constexpr int64_t kN = 512 * 1024;
 
+// add_relu at [512, 1024]: big enough that a kernel takes microseconds.
 task the_task() {
-  auto t = task_from_toml(kTask, "add_relu.toml");
+  std::string text = test::kAddRelu;
+  text.replace(text.find("[256, 1024]"), 11, "[512, 1024]");
+  auto t = task_from_toml(text, "add_relu.toml");
   REQUIRE(t);
   REQUIRE(check_task(*t));
   return *t;

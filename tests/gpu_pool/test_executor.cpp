@@ -4,6 +4,7 @@
 
 #include "data/task_parse.hpp"
 #include "gpu_pool/cpu_compiler.hpp"
+#include "tests/data/sample_tasks.hpp"
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -20,32 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// y = relu(x + b), x [256, 1024], b [1024].
-const char* kTask = R"(
-name = "add_relu"
-level = 1
-dtype = "float32"
-outputs = ["y"]
-[tolerance]
-atol = 1e-5
-rtol = 1e-5
-[[inputs]]
-name = "x"
-shape = [256, 1024]
-init = "normal"
-[[params]]
-name = "b"
-shape = [1024]
-init = "uniform"
-[[ops]]
-out = "y0"
-op = "add"
-args = ["x", "b"]
-[[ops]]
-out = "y"
-op = "relu"
-args = ["y0"]
-)";
+const char* kTask = test::kAddRelu;
 
 // `prologue` runs first (may return), then the correct loop unless `body` replaces it.
 std::string kernel(const std::string& prologue, const std::string& body = "",
