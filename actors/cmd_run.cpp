@@ -149,6 +149,8 @@ int cmd_run(const common_args& common, const run_args& args) {
   }
   std::ofstream(*run_dir + "/summary.json") << summary.dump(2) << "\n";
   std::printf("run directory: %s\n", run_dir->c_str());
+  if (summary.contains("rollout") && summary["rollout"].value("interrupted", false))
+    return 130; // the shell's code for an interrupted command; the run directory is complete
   return bad == 0 ? 0 : 1;
 }
 

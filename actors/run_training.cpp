@@ -18,6 +18,7 @@
 #include <caf/scoped_actor.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -30,6 +31,10 @@ namespace kiln {
 namespace {
 
 using json = nlohmann::json;
+
+// Ctrl-C / SIGTERM during training: stop admitting, checkpoint, write the summary, exit cleanly.
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int) { g_interrupted = true; }
 
 double num(const json& j, const char* k) {
   return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0;
@@ -167,9 +172,32 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
 
   json summary;
   std::string failure;
-  self->request(coord, std::chrono::seconds(30 * 24 * 3600), run_atom::value)
-      .receive([&](const std::string& text) { summary = json::parse(text, nullptr, false); },
-               [&](caf::error& e) { failure = sys.render(e); });
+  // A plain send, answered as a message: the wait below can then also watch for an interrupt.
+  g_interrupted = false;
+  auto old_int = std::signal(SIGINT, on_interrupt);
+  auto old_term = std::signal(SIGTERM, on_interrupt);
+  self->send(coord, run_atom::value);
+  for (bool answered = false; !answered && !g_interrupted;)
+    self->receive(
+        [&](const std::string& text) {
+          summary = json::parse(text, nullptr, false);
+          answered = true;
+        },
+        [&](caf::error& e) {
+          failure = sys.render(e);
+          answered = true;
+        },
+        caf::after(std::chrono::milliseconds(200)) >> [] {});
+  if (g_interrupted) {
+    spdlog::warn("interrupted: stopping the rollout, checkpointing the learner");
+    self->request(coord, std::chrono::seconds(5), server_stats_atom::value)
+        .receive([&](const std::string& text) { summary = json::parse(text, nullptr, false); },
+                 [](caf::error&) {});
+    if (!summary.is_object()) summary = json::object();
+    summary["interrupted"] = true;
+  }
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
   {
     std::lock_guard<std::mutex> lock(mu);
     done = true;
