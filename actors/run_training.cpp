@@ -145,6 +145,7 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
     std::ofstream rows(run_dir + "/rollout.jsonl");
     auto period = std::chrono::milliseconds(static_cast<int64_t>(cfg.rollout_progress_s * 1000));
     double last_turns = 0, last_correct = 0, last_episodes = 0, last_reward_sum = 0;
+    uint64_t last_rejected = 0;
     std::unique_lock<std::mutex> lock(mu);
     while (!cv.wait_for(lock, period, [&] { return done; })) {
       json s;
@@ -155,6 +156,20 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
       int64_t v = learn ? learn->version() : 0;
       s["t"] = elapsed();
       s["learner_version"] = v;
+      if (learn) {
+        // Frames the learner refused (malformed, too long for the model, stale): counted here
+        // so a misconfigured run (e.g. max_turns beyond learner.model.max_len) is visible.
+        auto in = learn->intake_counters();
+        s["learner_frames"] = in.frames;
+        s["learner_rejected"] = in.rejected;
+        if (in.rejected > last_rejected) {
+          std::string why;
+          for (const auto& [reason, n] : in.reasons)
+            why += (why.empty() ? "" : ", ") + reason + " x" + std::to_string(n);
+          spdlog::warn("learner refused {} trajectories so far: {}", in.rejected, why);
+          last_rejected = in.rejected;
+        }
+      }
       if (num(s, "turns") > 0) s["pass_rate"] = num(s, "correct_turns") / num(s, "turns");
       // The counters are cumulative; the window since the last row shows learning as it happens.
       double turns = num(s, "turns"), correct = num(s, "correct_turns");

@@ -310,7 +310,12 @@ expected<trajectory> decode_trajectory(const char* data, size_t size,
   } catch (const msgpack::insufficient_bytes&) {
     return error{"trajectory: truncated msgpack"};
   } catch (const msgpack::size_overflow& e) {
-    return error{std::string("trajectory: msgpack size limit exceeded (") + e.what() + ")"};
+    // Name the limits: a context longer than the learner's model (max_tokens = model.max_len)
+    // lands here, and "bin size overflow" alone does not tell a user which knob to turn.
+    return error{std::string("trajectory: over the decoder's limits (") + e.what() +
+                 "; max_tokens " + std::to_string(limits.max_tokens) + ", max_turns " +
+                 std::to_string(limits.max_turns) + ", max_string " +
+                 std::to_string(limits.max_string) + ")"};
   } catch (const msgpack::unpack_error& e) {
     return error{std::string("trajectory: malformed msgpack (") + e.what() + ")"};
   } catch (const msgpack::type_error&) {

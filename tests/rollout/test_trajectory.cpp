@@ -276,7 +276,8 @@ TEST_CASE(
   CHECK(rejected(good.substr(0, good.size() / 2)).find("truncated") != std::string::npos);
   CHECK(rejected("").find("truncated") != std::string::npos);
   // An array header claiming 2^28 elements in 5 bytes.
-  CHECK(rejected(std::string("\xdd\x10\x00\x00\x00", 5)).find("size limit") != std::string::npos);
+  CHECK(rejected(std::string("\xdd\x10\x00\x00\x00", 5)).find("over the decoder's limits") !=
+        std::string::npos);
   // A map nested far deeper than the schema.
   CHECK(rejected(std::string(64, '\x81')).size() > 0);
   CHECK(rejected(std::string("\x93\x01\x02\x03", 4)).find("must be a map") != std::string::npos);
@@ -286,14 +287,16 @@ TEST_CASE(
   CHECK(rejected(good, small).find("exceeds the limit of 16") != std::string::npos);
   trajectory_limits few;
   few.max_tokens = 4;
-  CHECK(rejected(good, few).find("size limit") != std::string::npos); // bins over 16 bytes
+  CHECK(rejected(good, few).find("over the decoder's limits") != std::string::npos);
+  CHECK(rejected(good, few).find("max_tokens") !=
+        std::string::npos); // names the knob // bins over 16 bytes
   trajectory_limits vocab;
   vocab.vocab_size = 75;
   CHECK(rejected(good, vocab).find("tokens[6] = 80 is outside the vocabulary [0, 75)") !=
         std::string::npos);
   trajectory_limits turns;
   turns.max_turns = 0;
-  CHECK(rejected(good, turns).find("size limit") != std::string::npos);
+  CHECK(rejected(good, turns).find("over the decoder's limits") != std::string::npos);
   // Random corruption never throws.
   uint64_t x = 88172645463325252ull;
   for (int i = 0; i < 2000; ++i) {
