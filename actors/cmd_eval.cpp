@@ -10,6 +10,7 @@
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <spdlog/spdlog.h>
 
 namespace kiln {
@@ -39,6 +40,19 @@ int cmd_eval(const common_args& common, const eval_args& args) {
     spdlog::error("--backend: {}", cfg.message());
     return 2;
   }
+  std::optional<compile_baselines> baselines;
+  if (!args.baselines.empty()) {
+    auto b = load_baselines(args.baselines);
+    if (!b) {
+      spdlog::error("--baselines: {}", b.message());
+      return 2;
+    }
+    std::size_t found = 0;
+    for (const auto& t : set.tasks) found += lookup(*b, t).has_value();
+    spdlog::info("torch.compile baselines: {} of {} tasks ({}, torch {}, mode {})", found,
+                 set.tasks.size(), b->device, b->torch, b->mode);
+    baselines = std::move(*b);
+  }
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, {common.threads, "sharing"});
   caf::actor_system sys{sys_cfg};
@@ -49,7 +63,8 @@ int cmd_eval(const common_args& common, const eval_args& args) {
   nlohmann::json out = nlohmann::json::array();
   auto t_start = std::chrono::steady_clock::now();
   for (const auto& p : policies) {
-    auto rows = evaluate_policy(pool, set.tasks, p, args.seed, args.parallel);
+    auto rows = evaluate_policy(pool, set.tasks, p, args.seed, args.parallel,
+                                baselines ? &*baselines : nullptr);
     out.push_back(summary_json(p.name, suite_name, args.backend, rows));
     print_summary(out.back());
   }

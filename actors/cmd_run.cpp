@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <spdlog/spdlog.h>
 #include <thread>
 
@@ -63,6 +64,12 @@ expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args
       make_pool_config(cfg.backend, cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir,
                        cfg.devices, cfg.compile_workers);
   if (!pool_cfg) return error{cfg.origin + ": " + pool_cfg.message()};
+  std::optional<compile_baselines> baselines;
+  if (!cfg.baselines.empty()) {
+    auto b = load_baselines(cfg.baselines);
+    if (!b) return error{cfg.origin + ": key 'pool.baselines': " + b.message()};
+    baselines = std::move(*b);
+  }
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, {common.threads > 0 ? common.threads : cfg.threads, "sharing"});
   caf::actor_system sys{sys_cfg};
@@ -72,7 +79,8 @@ expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args
   nlohmann::json all = nlohmann::json::array(), overall = nlohmann::json::object();
   for (const auto& p : policies) {
     auto rows =
-        evaluate_policy(pool, set.tasks, p, cfg.eval_seed, cfg.compile_workers + cfg.devices);
+        evaluate_policy(pool, set.tasks, p, cfg.eval_seed, cfg.compile_workers + cfg.devices,
+                        baselines ? &*baselines : nullptr);
     all.push_back(summary_json(p.name, "", cfg.backend, rows));
     print_summary(all.back());
     overall[p.name] = all.back()["overall"];

@@ -59,6 +59,7 @@ struct eval_args {
   int compile_workers = 2;
   int parallel = 3; // tasks in flight (compiles overlap device work)
   int64_t max_tasks = 0;
+  std::string baselines; // torch.compile baselines file (rollout/baselines.hpp)
 };
 int cmd_eval(const common_args& common, const eval_args& args);
 

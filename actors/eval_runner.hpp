@@ -5,6 +5,7 @@
 #include "data/expected.hpp"
 #include "data/task_spec.hpp"
 #include "gpu_pool/device_pool.hpp"
+#include "rollout/baselines.hpp"
 #include "rollout/eval_metrics.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -29,8 +30,10 @@ struct policy_spec {
 expected<policy_spec> parse_policy(const std::string& name);
 
 // Evaluates every task with `parallel` requests in flight; logs one line per task as it finishes.
+// `baselines` (may be null) fills each row's torch.compile time where the file has the task.
 std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>& tasks,
-                                      const policy_spec& p, uint64_t seed, int parallel);
+                                      const policy_spec& p, uint64_t seed, int parallel,
+                                      const compile_baselines* baselines = nullptr);
 
 // {"policy", "suite", "backend", "overall": {...}, "levels": {"1": {...}}, "tasks": [...]}
 nlohmann::json summary_json(const std::string& policy, const std::string& suite,

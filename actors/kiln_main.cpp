@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   ev->add_option("--parallel", eval.parallel, "tasks in flight")->capture_default_str();
   ev->add_option("--max-tasks", eval.max_tasks, "evaluate only the first N tasks (0 = all)");
+  ev->add_option("--baselines", eval.baselines,
+                 "torch.compile baselines file (tools/torch_baselines.py): compile metrics");
 
   kiln::report_args report;
   auto* rep = app.add_subcommand(

@@ -24,6 +24,7 @@ expected<run_config> read_run_config(config_reader& r) {
   c.cache_dir = r.path("pool.cache_dir", "");
   c.devices = static_cast<int>(r.integer("pool.devices", 1, 1, 1024));
   c.compile_workers = static_cast<int>(r.integer("pool.compile_workers", 2, 1, 1024));
+  c.baselines = r.path("pool.baselines", "");
   c.learner.seed = c.seed;
   c.learner.backend = c.backend;
   read_learner_config(r, c.learner);

@@ -33,6 +33,7 @@ struct run_config {
   std::string cache_dir; // empty: default_cache_dir()
   int devices = 1;
   int compile_workers = 2;
+  std::string baselines; // torch.compile baselines file: reward tier 3 and compile metrics
   // [learner], [learner.model], [learner.ppo] (learner/learner_config.hpp)
   learner_config learner;
   // [rollout]: training episodes after validation (0: none). policy "model" hosts the learner

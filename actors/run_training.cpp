@@ -7,6 +7,7 @@
 #include "actors/messages.hpp"
 #include "learner/learner.hpp"
 #include "learner/model_policy.hpp"
+#include "rollout/baselines.hpp"
 #include "rollout/builtin_policies.hpp"
 #include "rollout/coordinator.hpp"
 #include "rollout/policy_server.hpp"
@@ -22,6 +23,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <spdlog/spdlog.h>
 #include <thread>
 #include <unistd.h>
@@ -109,10 +111,25 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   auto server = spawn_policy_server(sys, std::move(policy), psc);
 
   std::vector<std::shared_ptr<rollout_task>> rtasks;
+  std::optional<compile_baselines> baselines;
+  if (!cfg.baselines.empty()) {
+    auto b = load_baselines(cfg.baselines);
+    if (!b) return error{"pool.baselines: " + b.message()};
+    baselines = std::move(*b);
+  }
   rollout_job_options jo;
   jo.verify_checks = cfg.rollout_verify_checks;
   jo.timing_cap_ms = cfg.rollout_timing_cap_ms;
-  for (const auto& t : tasks) rtasks.push_back(make_rollout_task(t, jo));
+  int with_compile = 0;
+  for (const auto& t : tasks) {
+    rtasks.push_back(make_rollout_task(t, jo));
+    // Reward tier 3 (faster than torch.compile too) exists only where a baseline was measured.
+    if (baselines) rtasks.back()->compile_ms = lookup(*baselines, t);
+    with_compile += rtasks.back()->compile_ms.has_value();
+  }
+  if (baselines)
+    spdlog::info("torch.compile baselines for {} of {} training tasks ({})", with_compile,
+                 tasks.size(), baselines->origin);
   coordinator_config cc;
   cc.admission.max_concurrent = cfg.rollout_max_concurrent;
   cc.admission.group_size = cfg.rollout_group_size;

@@ -53,6 +53,7 @@ void task_table::row(const validation& v) {
                         {"level", v.level},
                         {"ops", v.ops},
                         {"output_shape", v.output_shape},
+                        {"content_hash", v.content_hash},
                         {"eager_ms", v.eager_ms},
                         {"ok", v.ok},
                         {"verdict", v.verdict}};

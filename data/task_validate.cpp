@@ -1,6 +1,7 @@
 #include "data/task_validate.hpp"
 
 #include "data/reference.hpp"
+#include "data/task_hash.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +13,7 @@ namespace kiln {
 validation validate_task(const task& t, const validate_options& opts) {
   validation v;
   v.name = t.name;
+  v.content_hash = hash_hex(content_hash(t));
   v.origin = t.origin;
   v.level = t.level;
   v.ops = t.ops.size();

@@ -15,10 +15,11 @@ struct validation {
   int level = 0;
   std::size_t ops = 0;
   std::string output_shape;
-  double eager_ms = 0; // median wall time of the reference, after a warm-up run
-  bool ok = false;     // ran, finite, not degenerate, eager time inside the window (if set)
-  std::string verdict; // "ok", or the reason it is bad
-  std::string warning; // non-fatal notes
+  std::string content_hash; // keys torch.compile baselines (data/task_hash.hpp)
+  double eager_ms = 0;      // median wall time of the reference, after a warm-up run
+  bool ok = false;          // ran, finite, not degenerate, eager time inside the window (if set)
+  std::string verdict;      // "ok", or the reason it is bad
+  std::string warning;      // non-fatal notes
 };
 
 struct validate_options {
