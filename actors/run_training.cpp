@@ -42,14 +42,17 @@ double num(const json& j, const char* k) {
   return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0;
 }
 
-// One compact line a person can follow, from the coordinator's progress JSON.
-void print_progress(const json& s, double t, int64_t total, int64_t learner_version) {
-  double turns = num(s, "turns"), correct = num(s, "correct_turns");
-  spdlog::info("[rollout {:6.0f} s] episodes {:.0f}/{} running {:.0f} | {:.2f} ep/s {:.2f} steps/s "
-               "| pass {:.1f}% | reward {:+.3f} | version {}",
-               t, num(s, "episodes"), total, num(s, "running"), num(s, "episodes_per_s"),
-               num(s, "steps_per_s"), turns > 0 ? 100 * correct / turns : 0.0,
-               num(s, "mean_reward"), learner_version);
+// One compact line a person can follow, from the coordinator's progress JSON plus the extras
+// the progress thread adds (window rates, pool busy share, learner staleness).
+void print_progress(const json& s, double t, int64_t total) {
+  spdlog::info(
+      "[rollout {:5.0f} s] ep {:.0f}/{} run {:.0f} | {:.2f} ep/s {:.2f} steps/s {:.0f} tok/s | "
+      "pass {:.0f}% reward {:+.2f} (window) | pool busy {:.0f}% queue {:.0f} ms | "
+      "v{:.0f} lag {:.2f}",
+      t, num(s, "episodes"), total, num(s, "running"), num(s, "episodes_per_s"),
+      num(s, "steps_per_s"), num(s, "tokens_per_s"), 100 * num(s, "window_pass_rate"),
+      num(s, "window_reward"), 100 * num(s, "pool_busy_share"), num(s, "pool_queue_ms"),
+      num(s, "learner_version"), num(s, "learner_lag_mean"));
 }
 
 } // namespace
@@ -67,6 +70,8 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   bool hosted = cfg.rollout_policy == "model";
   // ipc paths are limited to ~100 bytes: a short one per process, not one under the run dir.
   std::string endpoint = "ipc:///tmp/kiln-" + std::to_string(getpid()) + "-trajectories";
+  // Declared before the learner: its training thread writes it until learn->stop().
+  std::atomic<double> last_lag{0}; // staleness of the newest update, for the progress line
   std::unique_ptr<learner> learn;
   std::unique_ptr<token_policy> policy;
   learner_config lc = cfg.learner;
@@ -103,6 +108,7 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
     auto s = spawn_trajectory_sink(sys, skc);
     if (!s.error.empty()) return error{"trajectory sink: " + s.error};
     sink = s.actor;
+    learn->on_metrics([&last_lag](const update_metrics& m) { last_lag = m.lag_mean; });
     if (auto st = learn->start(); !st) return error{"learner: " + st.message()};
   }
   auto pool = spawn_device_pool(sys, *pcfg);
@@ -163,6 +169,7 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
     auto period = std::chrono::milliseconds(static_cast<int64_t>(cfg.rollout_progress_s * 1000));
     double last_turns = 0, last_correct = 0, last_episodes = 0, last_reward_sum = 0;
     uint64_t last_rejected = 0;
+    double last_tokens = 0, last_t = 0;
     std::unique_lock<std::mutex> lock(mu);
     while (!cv.wait_for(lock, period, [&] { return done; })) {
       json s;
@@ -197,8 +204,24 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
         s["window_reward"] = (reward_sum - last_reward_sum) / (episodes - last_episodes);
       last_turns = turns, last_correct = correct, last_episodes = episodes;
       last_reward_sum = reward_sum;
+      double now = elapsed();
+      s["tokens_per_s"] = (num(s, "tokens") - last_tokens) / std::max(1e-9, now - last_t);
+      last_tokens = num(s, "tokens"), last_t = now;
+      if (s.contains("mean_ms") && s["mean_ms"].is_object())
+        s["pool_queue_ms"] = num(s["mean_ms"], "pool_queue");
+      probe->request(pool, std::chrono::seconds(5), stats_atom::value)
+          .receive(
+              [&](const std::string& text) {
+                auto p = json::parse(text, nullptr, false);
+                if (!p.is_object() || !p.contains("devices")) return;
+                double busy = 0;
+                for (const auto& d : p["devices"]) busy += num(d, "busy_share");
+                if (!p["devices"].empty()) s["pool_busy_share"] = busy / p["devices"].size();
+              },
+              [](caf::error&) {});
+      s["learner_lag_mean"] = last_lag.load();
       rows << s.dump() << "\n" << std::flush;
-      print_progress(s, elapsed(), cfg.rollout_episodes, v);
+      print_progress(s, elapsed(), cfg.rollout_episodes);
     }
   });
 

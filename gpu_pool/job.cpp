@@ -151,11 +151,16 @@ expected<T> decode_with(const std::string& bytes, const char* what, F&& f) {
                                  /*bin*/ 1 << 20,
                                  /*ext*/ 0, /*depth*/ 8);
     std::size_t off = 0;
-    auto handle = msgpack::unpack(bytes.data(), bytes.size(), off, nullptr, nullptr, limits);
+    // One zone per thread, cleared (its first chunk kept) per message: a fresh zone costs a
+    // malloc / free pair per decode, and episodes decode an outcome per turn.
+    static thread_local msgpack::zone zone;
+    zone.clear();
+    msgpack::object obj =
+        msgpack::unpack(zone, bytes.data(), bytes.size(), off, nullptr, nullptr, limits);
     if (off != bytes.size())
       return error{std::string(what) + ": " + std::to_string(bytes.size() - off) +
                    " trailing bytes after the message"};
-    map_view m(handle.get(), what);
+    map_view m(obj, what);
     if (m.i64("v") != wire_version) m.fail("unsupported version " + std::to_string(m.i64("v")));
     return f(m);
   } catch (const decode_error& e) {
