@@ -1,6 +1,7 @@
 #include "gpu_pool/job.hpp"
 
 #include "data/task_parse.hpp"
+#include "tests/data/sample_tasks.hpp"
 
 #include <doctest/doctest.h>
 #include <msgpack.hpp>
@@ -10,28 +11,7 @@ using namespace kiln;
 
 namespace {
 
-const char* kTask = R"(
-name = "add_relu"
-level = 1
-dtype = "float32"
-outputs = ["y"]
-[[inputs]]
-name = "x"
-shape = [4, 8]
-init = "normal"
-[[params]]
-name = "b"
-shape = [8]
-init = "uniform"
-[[ops]]
-out = "y0"
-op = "add"
-args = ["x", "b"]
-[[ops]]
-out = "y"
-op = "relu"
-args = ["y0"]
-)";
+const char* kTask = test::kAddRelu; // shapes do not matter to the wire form
 
 job sample_job() {
   job j;
