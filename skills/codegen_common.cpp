@@ -102,6 +102,64 @@ string broadcast_index(const shape_t& operand, const shape_t& out, const string&
   return expr.empty() ? "0" : "(" + expr + ")";
 }
 
+gemm_shape gemm_shape_of(const task& t, const op_node& op, op_family f, const codegen_dialect& d) {
+  gemm_shape g;
+  const shape_t& sa = value_shape(t, find_value(t, op.args[0]));
+  const shape_t& sb = value_shape(t, find_value(t, op.args[1]));
+  g.a = op.args[0];
+  g.b = op.args[1];
+  auto lit = [&](int64_t v) { return int_literal(v, d); };
+  if (f == op_family::linear) {
+    g.k = sa.back();
+    g.m = shape_product(sa) / g.k;
+    g.n = sb[0];
+    g.trans_b = true;
+    if (op.args.size() > 2) g.bias = op.args[2];
+    return g;
+  }
+  if (f == op_family::bmm) {
+    g.nb = sa[0], g.m = sa[1], g.k = sa[2], g.n = sb[2];
+    g.a_mode = g.b_mode = gemm_shape::batch::full;
+    g.a_off = "bi * " + lit(g.m * g.k);
+    g.b_off = "bi * " + lit(g.k * g.n);
+    return g;
+  }
+  // torch.matmul, every rank case.
+  if (sa.size() == 1 && sb.size() == 1) {
+    g.k = sa[0];
+    return g;
+  }
+  if (sb.size() == 1) { // [..., m, k] x [k]: fold the batch into m, n = 1
+    g.k = sb[0];
+    g.m = shape_product(sa) / g.k;
+    return g;
+  }
+  g.k = sb[sb.size() - 2];
+  g.n = sb.back();
+  shape_t bb(sb.begin(), sb.end() - 2);
+  if (sa.size() == 1) { // [k] x [..., k, n]
+    g.nb = shape_product(bb);
+    g.b_mode = gemm_shape::batch::full;
+    g.b_off = "bi * " + lit(g.k * g.n);
+    return g;
+  }
+  g.m = sa[sa.size() - 2];
+  shape_t ba(sa.begin(), sa.end() - 2);
+  if (shape_product(bb) == 1) { // b is one matrix: a's batch folds into m
+    g.m = shape_product(sa) / g.k;
+    return g;
+  }
+  shape_t out(op.shape.begin(), op.shape.end() - 2);
+  g.nb = shape_product(out);
+  if (shape_product(ba) != 1) {
+    g.a_mode = shape_product(ba) == g.nb ? gemm_shape::batch::full : gemm_shape::batch::general;
+    g.a_off = broadcast_index(ba, out, "bi", d) + " * " + lit(g.m * g.k);
+  }
+  g.b_mode = shape_product(bb) == g.nb ? gemm_shape::batch::full : gemm_shape::batch::general;
+  g.b_off = broadcast_index(bb, out, "bi", d) + " * " + lit(g.k * g.n);
+  return g;
+}
+
 conv_geometry conv_geometry_of(const task& t, const op_node& op) {
   const op_info* info = find_op(op.op);
   std::size_t sd = static_cast<std::size_t>(info->spatial);

@@ -3,6 +3,7 @@
 //   op + dialect --elementwise_formula--> "(x0 > 0.f ? x0 : x0 * 0.01f)"
 #pragma once
 
+#include "data/op_vocab.hpp"
 #include "data/task_spec.hpp"
 
 #include <cstdint>
@@ -42,6 +43,21 @@ struct conv_geometry {
   std::vector<int64_t> in, ker, out, stride, pad, dilation; // 3 entries each
 };
 conv_geometry conv_geometry_of(const task& t, const op_node& op);
+
+// A linear / matmul / bmm op as a batched row-major GEMM: for bi in [0, nb),
+// C_bi[m, n] = A[a_off] (m x k) * B[b_off] (k x n, or n x k when trans_b) (+ bias). Operands are
+// value names; offsets are element offsets spelled in `d` as expressions of the batch index `bi`.
+// Batch modes: none = one matrix for every bi, full = consecutive matrices (offset bi * size),
+// general = broadcast batch dims (offset through broadcast_index).
+struct gemm_shape {
+  int64_t nb = 1, m = 1, n = 1, k = 1;
+  bool trans_b = false;
+  std::string a, b, bias; // bias empty: none
+  enum class batch { none, full, general } a_mode = batch::none, b_mode = batch::none;
+  std::string a_off = "0", b_off = "0";
+};
+// `f` is the op's family (linear, matmul or bmm); shapes must be inferred (check_task).
+gemm_shape gemm_shape_of(const task& t, const op_node& op, op_family f, const codegen_dialect& d);
 
 // The formula of one unary or binary op on x0 (and x1), PyTorch semantics; "" for other ops.
 std::string elementwise_formula(const op_node& op, const codegen_dialect& d);

@@ -129,56 +129,17 @@ struct gemm_desc {
 };
 
 gemm_desc describe_gemm(const gen& g, const op_node& op, op_family f) {
+  gemm_shape s = gemm_shape_of(g.t, op, f, cpu_dialect);
   gemm_desc d;
-  const shape_t& sa = g.shape(op.args[0]);
-  const shape_t& sb = g.shape(op.args[1]);
-  d.a = g.ptr(op.args[0]);
-  d.b = g.ptr(op.args[1]);
-  d.a_numel = prod(sa);
-  d.b_numel = prod(sb);
-  d.a_off = d.b_off = "0";
-  if (f == op_family::linear) {
-    d.k = sa.back();
-    d.m = prod(sa) / d.k;
-    d.n = sb[0];
-    d.trans_b = true;
-    if (op.args.size() > 2) d.bias = g.ptr(op.args[2]);
-    return d;
-  }
-  if (f == op_family::bmm) {
-    d.nb = sa[0], d.m = sa[1], d.k = sa[2], d.n = sb[2];
-    d.a_off = "bi * " + lit(d.m * d.k);
-    d.b_off = "bi * " + lit(d.k * d.n);
-    return d;
-  }
-  // torch.matmul, every rank case.
-  if (sa.size() == 1 && sb.size() == 1) {
-    d.k = sa[0];
-    return d;
-  }
-  if (sb.size() == 1) { // [..., m, k] x [k]: fold the batch into m, n = 1
-    d.k = sb[0];
-    d.m = prod(sa) / d.k;
-    return d;
-  }
-  d.k = sb[sb.size() - 2];
-  d.n = sb.back();
-  shape_t bb(sb.begin(), sb.end() - 2);
-  if (sa.size() == 1) { // [k] x [..., k, n]
-    d.nb = prod(bb);
-    d.b_off = "bi * " + lit(d.k * d.n);
-    return d;
-  }
-  d.m = sa[sa.size() - 2];
-  shape_t ba(sa.begin(), sa.end() - 2);
-  if (prod(bb) == 1) { // b is one matrix: a's batch folds into m
-    d.m = prod(sa) / d.k;
-    return d;
-  }
-  shape_t out(op.shape.begin(), op.shape.end() - 2);
-  d.nb = prod(out);
-  d.a_off = prod(ba) == 1 ? "0" : bcast_index(ba, out, "bi") + " * " + lit(d.m * d.k);
-  d.b_off = bcast_index(bb, out, "bi") + " * " + lit(d.k * d.n);
+  d.nb = s.nb, d.m = s.m, d.n = s.n, d.k = s.k;
+  d.trans_b = s.trans_b;
+  d.a = g.ptr(s.a);
+  d.b = g.ptr(s.b);
+  if (!s.bias.empty()) d.bias = g.ptr(s.bias);
+  d.a_off = s.a_off;
+  d.b_off = s.b_off;
+  d.a_numel = prod(g.shape(s.a));
+  d.b_numel = prod(g.shape(s.b));
   return d;
 }
 

@@ -275,73 +275,8 @@ void emit_elementwise(gen& g, const group& grp, const string& name, const string
 }
 
 // ---- gemm / library ----
-struct gemm_desc {
-  int64_t nb = 1, m = 1, n = 1, k = 1;
-  bool trans_b = false;
-  string a, b, bias; // value names
-  enum class batch { none, full, general } a_mode = batch::none, b_mode = batch::none;
-  string a_off = "0", b_off = "0"; // element offsets as expressions of the batch index `bi`
-};
+using gemm_desc = gemm_shape; // operands are value names (codegen_common.hpp)
 
-gemm_desc describe_gemm(const gen& g, const op_node& op, op_family f) {
-  gemm_desc d;
-  const shape_t& sa = g.shape(op.args[0]);
-  const shape_t& sb = g.shape(op.args[1]);
-  d.a = op.args[0];
-  d.b = op.args[1];
-  if (f == op_family::linear) {
-    d.k = sa.back();
-    d.m = prod(sa) / d.k;
-    d.n = sb[0];
-    d.trans_b = true;
-    if (op.args.size() > 2) d.bias = op.args[2];
-    return d;
-  }
-  if (f == op_family::bmm) {
-    d.nb = sa[0], d.m = sa[1], d.k = sa[2], d.n = sb[2];
-    d.a_mode = d.b_mode = gemm_desc::batch::full;
-    d.a_off = "bi * " + lit(d.m * d.k);
-    d.b_off = "bi * " + lit(d.k * d.n);
-    return d;
-  }
-  // torch.matmul, every rank case.
-  if (sa.size() == 1 && sb.size() == 1) {
-    d.k = sa[0];
-    return d;
-  }
-  if (sb.size() == 1) { // [..., m, k] x [k]: fold the batch into m, n = 1
-    d.k = sb[0];
-    d.m = prod(sa) / d.k;
-    return d;
-  }
-  d.k = sb[sb.size() - 2];
-  d.n = sb.back();
-  shape_t bb(sb.begin(), sb.end() - 2);
-  if (sa.size() == 1) { // [k] x [..., k, n]
-    d.nb = prod(bb);
-    d.b_mode = gemm_desc::batch::full;
-    d.b_off = "bi * " + lit(d.k * d.n);
-    return d;
-  }
-  d.m = sa[sa.size() - 2];
-  shape_t ba(sa.begin(), sa.end() - 2);
-  if (prod(bb) == 1) { // b is one matrix: a's batch folds into m
-    d.m = prod(sa) / d.k;
-    return d;
-  }
-  shape_t out(op.shape.begin(), op.shape.end() - 2);
-  d.nb = prod(out);
-  if (prod(ba) != 1) {
-    d.a_mode = prod(ba) == d.nb ? gemm_desc::batch::full : gemm_desc::batch::general;
-    d.a_off = bcast_index(ba, out, "bi") + " * " + lit(d.m * d.k);
-  }
-  d.b_mode = prod(bb) == d.nb ? gemm_desc::batch::full : gemm_desc::batch::general;
-  d.b_off = bcast_index(bb, out, "bi") + " * " + lit(d.k * d.n);
-  return d;
-}
-
-// Library path: materialize broadcast batches, one strided-batched GEMM step into dst, then the
-// bias and the epilogue in place.
 void emit_library(gen& g, const group& grp, const string& pfx, const gemm_desc& d,
                   const string& dst) {
   string a = g.sym_of(d.a), b = g.sym_of(d.b);
@@ -1469,10 +1404,10 @@ expected<cuda_program> generate_cuda(const task& t, const program& p) {
     switch (grp.tmpl) {
     case kernel_template::elementwise: emit_elementwise(g, grp, pfx + "_elementwise", dst); break;
     case kernel_template::gemm:
-      emit_gemm(g, grp, pfx, describe_gemm(g, anchor, info->family), dst);
+      emit_gemm(g, grp, pfx, gemm_shape_of(g.t, anchor, info->family, cuda_dialect), dst);
       break;
     case kernel_template::library:
-      emit_library(g, grp, pfx, describe_gemm(g, anchor, info->family), dst);
+      emit_library(g, grp, pfx, gemm_shape_of(g.t, anchor, info->family, cuda_dialect), dst);
       break;
     case kernel_template::conv: emit_conv(g, grp, pfx, anchor, dst); break;
     case kernel_template::pool: emit_pool(g, grp, pfx, anchor, *info, dst); break;
