@@ -102,6 +102,30 @@ string broadcast_index(const shape_t& operand, const shape_t& out, const string&
   return expr.empty() ? "0" : "(" + expr + ")";
 }
 
+reduce_layout reduce_layout_of(const shape_t& x, const op_node& op, op_family family) {
+  std::vector<int64_t> dims = attr_dims(op.attrs, "dim");
+  if (family == op_family::arg_reduce || op.op == "prod")
+    dims = has_attr(op.attrs, "dim") ? std::vector<int64_t>{attr_int(op.attrs, "dim", 0)}
+                                     : std::vector<int64_t>{};
+  std::vector<bool> reduced(x.size(), dims.empty());
+  for (auto d : dims)
+    if (normalize_dim(d, x.size())) reduced[d] = true;
+  std::vector<int64_t> stride(x.size(), 1);
+  for (std::size_t d = x.size(); d-- > 1;) stride[d - 1] = stride[d] * x[d];
+  reduce_layout l;
+  l.inner_reduced = !x.empty() && reduced.back();
+  for (std::size_t d = 0; d < x.size();) {
+    std::size_t e = d;
+    int64_t ext = x[d];
+    while (e + 1 < x.size() && reduced[e + 1] == reduced[d]) ext *= x[++e];
+    (reduced[d] ? l.reduced : l.kept).push_back({ext, stride[e]});
+    d = e + 1;
+  }
+  for (auto& k : l.kept) l.nout *= k.extent;
+  for (auto& r : l.reduced) l.nred *= r.extent;
+  return l;
+}
+
 gemm_shape gemm_shape_of(const task& t, const op_node& op, op_family f, const codegen_dialect& d) {
   gemm_shape g;
   const shape_t& sa = value_shape(t, find_value(t, op.args[0]));

@@ -44,6 +44,19 @@ struct conv_geometry {
 };
 conv_geometry conv_geometry_of(const task& t, const op_node& op);
 
+// A reduction's input dims merged into runs (consecutive dims all kept or all reduced), in input
+// order, each with the input stride of its last dim: the loop nest of sum / mean / amax / amin /
+// prod / logsumexp / argmax / argmin over any set of dims. nout / nred: elements kept / reduced.
+struct dim_run {
+  int64_t extent, stride;
+};
+struct reduce_layout {
+  std::vector<dim_run> kept, reduced;
+  int64_t nout = 1, nred = 1;
+  bool inner_reduced = false; // the input's innermost dim is reduced
+};
+reduce_layout reduce_layout_of(const shape_t& x, const op_node& op, op_family family);
+
 // A linear / matmul / bmm op as a batched row-major GEMM: for bi in [0, nb),
 // C_bi[m, n] = A[a_off] (m x k) * B[b_off] (k x n, or n x k when trans_b) (+ bias). Operands are
 // value names; offsets are element offsets spelled in `d` as expressions of the batch index `bi`.

@@ -503,10 +503,6 @@ void emit_norm(gen& g, const group& grp, const op_node& op, const op_info& info,
 
 // ---- reductions ----
 // Splits the input dims into runs of kept and reduced dims (merged when adjacent).
-struct run {
-  int64_t extent, stride;
-};
-
 void emit_softmax_like(gen& g, const group& grp, const op_node& op, const op_info& info,
                        const string& dst) {
   auto& o = g.o;
@@ -556,27 +552,10 @@ void emit_reduce(gen& g, const group& grp, const op_node& op, const op_info& inf
                  const string& dst) {
   auto& o = g.o;
   const shape_t& x = g.shape(op.args[0]);
-  std::vector<int64_t> dims = attr_dims(op.attrs, "dim");
-  if (info.family == op_family::arg_reduce || op.op == "prod")
-    dims = has_attr(op.attrs, "dim") ? std::vector<int64_t>{attr_int(op.attrs, "dim", 0)}
-                                     : std::vector<int64_t>{};
-  std::vector<bool> reduced(x.size(), dims.empty());
-  for (auto d : dims)
-    if (normalize_dim(d, x.size())) reduced[d] = true;
-  // Runs in input order, each with the input stride of its last dim.
-  std::vector<run> kept, red;
-  std::vector<int64_t> stride(x.size(), 1);
-  for (std::size_t d = x.size(); d-- > 1;) stride[d - 1] = stride[d] * x[d];
-  for (std::size_t d = 0; d < x.size();) {
-    std::size_t e = d;
-    int64_t ext = x[d];
-    while (e + 1 < x.size() && reduced[e + 1] == reduced[d]) ext *= x[++e];
-    (reduced[d] ? red : kept).push_back({ext, stride[e]});
-    d = e + 1;
-  }
-  int64_t nout = 1, nred = 1;
-  for (auto& k : kept) nout *= k.extent;
-  for (auto& r : red) nred *= r.extent;
+  const reduce_layout lay = reduce_layout_of(x, op, info.family);
+  const auto& kept = lay.kept;
+  const auto& red = lay.reduced;
+  const int64_t nout = lay.nout, nred = lay.nred;
   bool arg = info.family == op_family::arg_reduce;
   const string& n = op.op;
   if (!arg) o << epilogue(g, grp);

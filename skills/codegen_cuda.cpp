@@ -995,34 +995,13 @@ void emit_softmax_like(gen& g, const group& grp, const string& pfx, const op_nod
 }
 
 // ---- sum / mean / amax / amin / prod / logsumexp / argmax / argmin over any set of dims ----
-struct run {
-  int64_t extent, stride;
-};
-
 void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
                  const op_info& info, const string& dst) {
   const shape_t& x = g.shape(op.args[0]);
-  std::vector<int64_t> dims = attr_dims(op.attrs, "dim");
-  if (info.family == op_family::arg_reduce || op.op == "prod")
-    dims = has_attr(op.attrs, "dim") ? std::vector<int64_t>{attr_int(op.attrs, "dim", 0)}
-                                     : std::vector<int64_t>{};
-  std::vector<bool> reduced(x.size(), dims.empty());
-  for (auto d : dims)
-    if (normalize_dim(d, x.size())) reduced[d] = true;
-  std::vector<run> kept,
-      red; // runs of merged dims in input order, with the stride of their last dim
-  std::vector<int64_t> stride(x.size(), 1);
-  for (std::size_t d = x.size(); d-- > 1;) stride[d - 1] = stride[d] * x[d];
-  for (std::size_t d = 0; d < x.size();) {
-    std::size_t e = d;
-    int64_t ext = x[d];
-    while (e + 1 < x.size() && reduced[e + 1] == reduced[d]) ext *= x[++e];
-    (reduced[d] ? red : kept).push_back({ext, stride[e]});
-    d = e + 1;
-  }
-  int64_t nout = 1, nred = 1;
-  for (auto& k : kept) nout *= k.extent;
-  for (auto& r : red) nred *= r.extent;
+  const reduce_layout lay = reduce_layout_of(x, op, info.family);
+  const auto& kept = lay.kept;
+  const auto& red = lay.reduced;
+  const int64_t nout = lay.nout, nred = lay.nred;
   bool arg = info.family == op_family::arg_reduce;
   const string& n = op.op;
   string R = n == "sum" || n == "mean" ? "r_sum"
@@ -1064,7 +1043,7 @@ void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
            "};\n" + epilogue(g, kb, grp, 1) + indent + "  " + dst + "[oi] = r[0];\n" + indent +
            "}\n";
   };
-  bool column = !x.empty() && !reduced.back();
+  bool column = !x.empty() && !lay.inner_reduced;
   if (column) { // innermost dim kept: one thread per output, serial over the reduced elements
     kernel_builder kb;
     kb.name = pfx + "_reduce";
