@@ -729,6 +729,18 @@ string norm_affine(gen& g, kernel_builder& kb, const op_node& op, const norm_geo
   return s.str();
 }
 
+// One pass over a row's elements for a norm's statistics, V at a time: segments [sg0, sg1), and
+// within each, elements from l0 (may be empty: 0) to l1, strided by the block; `body` sees xs[u].
+string stat_pass(const string& X, int64_t V, const string& sg0, const string& sg1, const string& l0,
+                 const string& l1, const string& body) {
+  return "  for (I sg = " + sg0 + "; sg < " + sg1 +
+         "; ++sg)\n    for (I l = " + (l0.empty() ? "" : l0 + " + ") + "(I)tid * " +
+         std::to_string(V) + "; l < " + l1 + "; l += T * " + std::to_string(V) +
+         ") {\n      float xs[" + std::to_string(V) + "];\n      kld<" + std::to_string(V) + ">(" +
+         X + " + base + sg * SA + l, xs);\n#pragma unroll\n      for (int u = 0; u < " +
+         std::to_string(V) + "; ++u) { " + body + " }\n    }\n";
+}
+
 void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info,
                const string& dst) {
   const shape_t& x = g.shape(op.args[0]);
@@ -745,7 +757,9 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
     int64_t limit = ng.segs > 1 ? ng.segs : std::max<int64_t>(1, ng.len / (T * V * 4));
     P = std::clamp<int64_t>(ceil_div(4 * kSms, ng.rows), 1, std::min<int64_t>(limit, 1024));
   }
-  const string stat_expr = rms ? "x * x" : "x";
+  const string stat_body = string("const float x = xs[u]; st.v += ") + (rms ? "x * x" : "x") + ";" +
+                           (onepass ? " st.s += x * x;" : "");
+  const string sq_body = "const float d = xs[u] - mean; sq.v += d * d;";
   if (P == 1) {
     kernel_builder kb;
     kb.name = pfx + "_norm";
@@ -756,14 +770,7 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
       << ", LEN = " << lit(ng.len) << ", SA = " << lit(ng.sa) << ";\n"
       << "  const I base = row * " << lit(ng.bm) << ";\n"
       << "  rstate st = {0.f, 0.f, 0};\n"
-      << "  for (I sg = 0; sg < SEGS; ++sg)\n"
-      << "    for (I l = (I)tid * " << V << "; l < LEN; l += T * " << V << ") {\n"
-      << "      float xs[" << V << "];\n      kld<" << V << ">(" << X
-      << " + base + sg * SA + l, xs);\n"
-      << "#pragma unroll\n      for (int u = 0; u < " << V
-      << "; ++u) { const float x = xs[u]; st.v += " << stat_expr << ";"
-      << (onepass ? " st.s += x * x;" : "") << " }\n"
-      << "    }\n"
+      << stat_pass(X, V, "0", "SEGS", "", "LEN", stat_body)
       << "  st = kreduce<r_sum, T>(st, sh);\n";
     if (rms) {
       o << "  const float mean = 0.f, rstd = 1.f / sqrtf(st.v / " << cnt << " + " << feps << ");\n";
@@ -774,14 +781,7 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
     } else {
       o << "  const float mean = st.v / " << cnt << ";\n"
         << "  rstate sq = {0.f, 0.f, 0};\n"
-        << "  for (I sg = 0; sg < SEGS; ++sg)\n"
-        << "    for (I l = (I)tid * " << V << "; l < LEN; l += T * " << V << ") {\n"
-        << "      float xs[" << V << "];\n      kld<" << V << ">(" << X
-        << " + base + sg * SA + l, xs);\n"
-        << "#pragma unroll\n      for (int u = 0; u < " << V
-        << "; ++u) { const float d = xs[u] - mean; sq.v += d * d; }\n"
-        << "    }\n"
-        << "  sq = kreduce<r_sum, T>(sq, sh);\n"
+        << stat_pass(X, V, "0", "SEGS", "", "LEN", sq_body) << "  sq = kreduce<r_sum, T>(sq, sh);\n"
         << "  const float rstd = 1.f / sqrtf(sq.v / " << cnt << " + " << feps << ");\n";
     }
     g.use(kb, dst, true);
@@ -819,26 +819,12 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
         << ", l1 = (I)((long long)(c + 1) * (LEN / " << V << ") / P) * " << V << ";\n";
     o << "  const float cnt = (float)((s1 - s0) * (l1 - l0));\n"
       << "  rstate st = {0.f, 0.f, 0};\n"
-      << "  for (I sg = s0; sg < s1; ++sg)\n"
-      << "    for (I l = l0 + (I)tid * " << V << "; l < l1; l += T * " << V << ") {\n"
-      << "      float xs[" << V << "];\n      kld<" << V << ">(" << X
-      << " + base + sg * SA + l, xs);\n"
-      << "#pragma unroll\n      for (int u = 0; u < " << V
-      << "; ++u) { const float x = xs[u]; st.v += " << stat_expr << ";"
-      << (onepass ? " st.s += x * x;" : "") << " }\n"
-      << "    }\n"
+      << stat_pass(X, V, "s0", "s1", "l0", "l1", stat_body)
       << "  st = kreduce<r_sum, T>(st, sh);\n";
     if (!rms && !onepass) {
       o << "  const float mean = cnt > 0.f ? st.v / cnt : 0.f;\n"
         << "  rstate sq = {0.f, 0.f, 0};\n"
-        << "  for (I sg = s0; sg < s1; ++sg)\n"
-        << "    for (I l = l0 + (I)tid * " << V << "; l < l1; l += T * " << V << ") {\n"
-        << "      float xs[" << V << "];\n      kld<" << V << ">(" << X
-        << " + base + sg * SA + l, xs);\n"
-        << "#pragma unroll\n      for (int u = 0; u < " << V
-        << "; ++u) { const float d = xs[u] - mean; sq.v += d * d; }\n"
-        << "    }\n"
-        << "  sq = kreduce<r_sum, T>(sq, sh);\n"
+        << stat_pass(X, V, "s0", "s1", "l0", "l1", sq_body) << "  sq = kreduce<r_sum, T>(sq, sh);\n"
         << "  if (tid == 0) { " << part << "[blockIdx.x * 4] = cnt; " << part
         << "[blockIdx.x * 4 + 1] = mean; " << part << "[blockIdx.x * 4 + 2] = sq.v; " << part
         << "[blockIdx.x * 4 + 3] = 0.f; }\n";
