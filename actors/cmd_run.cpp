@@ -49,7 +49,8 @@ expected<std::string> make_run_dir(const run_config& c) {
 
 // Evaluates the configured policies through a pool; writes eval.json; returns the overall lines.
 expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args& common,
-                                        const std::string& run_dir) {
+                                        const std::string& run_dir,
+                                        const compile_baselines* baselines) {
   std::vector<policy_spec> policies;
   for (const auto& name : cfg.eval_policies) {
     auto p = parse_policy(name);
@@ -64,12 +65,6 @@ expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args
       make_pool_config(cfg.backend, cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir,
                        cfg.devices, cfg.compile_workers);
   if (!pool_cfg) return error{cfg.origin + ": " + pool_cfg.message()};
-  std::optional<compile_baselines> baselines;
-  if (!cfg.baselines.empty()) {
-    auto b = load_baselines(cfg.baselines);
-    if (!b) return error{cfg.origin + ": key 'pool.baselines': " + b.message()};
-    baselines = std::move(*b);
-  }
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, {common.threads > 0 ? common.threads : cfg.threads, "sharing"});
   caf::actor_system sys{sys_cfg};
@@ -78,9 +73,8 @@ expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args
                set.tasks.size());
   nlohmann::json all = nlohmann::json::array(), overall = nlohmann::json::object();
   for (const auto& p : policies) {
-    auto rows =
-        evaluate_policy(pool, set.tasks, p, cfg.eval_seed, cfg.compile_workers + cfg.devices,
-                        baselines ? &*baselines : nullptr);
+    auto rows = evaluate_policy(pool, set.tasks, p, cfg.eval_seed,
+                                cfg.compile_workers + cfg.devices, baselines);
     all.push_back(summary_json(p.name, "", cfg.backend, rows));
     print_summary(all.back());
     overall[p.name] = all.back()["overall"];
@@ -98,6 +92,18 @@ int cmd_run(const common_args& common, const run_args& args) {
     spdlog::error("{}", cfg.message());
     return 2;
   }
+  // Read once and before the long validation: used by evaluation (compile metrics) and training
+  // (reward tier 3).
+  std::optional<compile_baselines> baselines;
+  if (!cfg->baselines.empty()) {
+    auto b = load_baselines(cfg->baselines);
+    if (!b) {
+      spdlog::error("{}: key 'pool.baselines': {}", cfg->origin, b.message());
+      return 2;
+    }
+    baselines = std::move(*b);
+  }
+  const compile_baselines* bl = baselines ? &*baselines : nullptr;
   int threads = configure_threads(common.threads > 0 ? common.threads : cfg->threads);
   auto device = parse_device(cfg->backend == "cuda" ? "cuda" : "cpu");
   if (!device) {
@@ -139,7 +145,7 @@ int cmd_run(const common_args& common, const run_args& args) {
       {"name", cfg->name}, {"config", cfg->origin}, {"backend", cfg->backend}, {"tasks", total},
       {"bad", bad},        {"threads", threads}};
   if (!cfg->eval_policies.empty()) {
-    auto evaluated = run_evaluation(*cfg, common, *run_dir);
+    auto evaluated = run_evaluation(*cfg, common, *run_dir, bl);
     if (!evaluated) {
       spdlog::error("{}", evaluated.message());
       return 2;
@@ -147,7 +153,7 @@ int cmd_run(const common_args& common, const run_args& args) {
     summary["eval"] = *evaluated;
   }
   if (cfg->rollout_episodes > 0) {
-    auto trained = run_training(*cfg, set.tasks, *run_dir, threads);
+    auto trained = run_training(*cfg, set.tasks, *run_dir, threads, bl);
     if (!trained) {
       spdlog::error("{}", trained.message());
       std::ofstream(*run_dir + "/summary.json") << summary.dump(2) << "\n";

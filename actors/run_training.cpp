@@ -7,7 +7,6 @@
 #include "actors/messages.hpp"
 #include "learner/learner.hpp"
 #include "learner/model_policy.hpp"
-#include "rollout/baselines.hpp"
 #include "rollout/builtin_policies.hpp"
 #include "rollout/coordinator.hpp"
 #include "rollout/policy_server.hpp"
@@ -58,7 +57,8 @@ void print_progress(const json& s, double t, int64_t total) {
 } // namespace
 
 expected<json> run_training(const run_config& cfg, const std::vector<task>& all_tasks,
-                            const std::string& run_dir, int threads) {
+                            const std::string& run_dir, int threads,
+                            const compile_baselines* baselines) {
   std::vector<task> tasks = all_tasks;
   if (cfg.rollout_max_tasks > 0 && static_cast<int64_t>(tasks.size()) > cfg.rollout_max_tasks)
     tasks.resize(static_cast<std::size_t>(cfg.rollout_max_tasks));
@@ -117,12 +117,6 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   auto server = spawn_policy_server(sys, std::move(policy), psc);
 
   std::vector<std::shared_ptr<rollout_task>> rtasks;
-  std::optional<compile_baselines> baselines;
-  if (!cfg.baselines.empty()) {
-    auto b = load_baselines(cfg.baselines);
-    if (!b) return error{"pool.baselines: " + b.message()};
-    baselines = std::move(*b);
-  }
   rollout_job_options jo;
   jo.verify_checks = cfg.rollout_verify_checks;
   jo.timing_cap_ms = cfg.rollout_timing_cap_ms;

@@ -7,6 +7,7 @@
 #include "actors/run_config.hpp"
 #include "data/expected.hpp"
 #include "data/task_spec.hpp"
+#include "rollout/baselines.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -17,7 +18,9 @@ namespace kiln {
 // Runs cfg.rollout_episodes episodes over `tasks` (checked) and returns the summary: the
 // coordinator's counts, the learner's version and last checkpoint. Checkpoints and metrics go to
 // run_dir (checkpoints/, learner.jsonl, rollout.jsonl).
+// `baselines` (may be null): torch.compile times, which make reward tier 3 reachable.
 expected<nlohmann::json> run_training(const run_config& cfg, const std::vector<task>& tasks,
-                                      const std::string& run_dir, int threads);
+                                      const std::string& run_dir, int threads,
+                                      const compile_baselines* baselines);
 
 } // namespace kiln
