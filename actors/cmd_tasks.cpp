@@ -27,6 +27,12 @@ int cmd_tasks_validate(const common_args& common, const tasks_validate_args& arg
   opts.timing_runs = args.timing_runs;
   opts.min_eager_ms = args.min_ms;
   opts.max_eager_ms = args.max_ms;
+  opts.digest_samples = args.digest;
+  if (args.digest > 0 && (args.json_out.empty() || args.shapes_only)) {
+    spdlog::error("--digest needs --json (the digests go into its rows) and reference runs (not "
+                  "--shapes-only)");
+    return 2;
+  }
 
   task_table table(args.json_out, args.shapes_only);
   if (!table.open()) return 2;

@@ -1,10 +1,38 @@
 #include "actors/task_table.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 namespace kiln {
+
+namespace {
+
+// JSON has no NaN or infinity: a non-finite sample is written as its name ("nan", "inf", "-inf").
+nlohmann::json sample_json(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+nlohmann::json digests_json(const std::vector<tensor_digest>& ds) {
+  auto arr = nlohmann::json::array();
+  for (const auto& d : ds) {
+    auto samples = nlohmann::json::array();
+    for (double x : d.samples) samples.push_back(sample_json(x));
+    arr.push_back({{"name", d.name},
+                   {"shape", d.shape},
+                   {"dtype", d.dtype},
+                   {"sum", d.sum},
+                   {"abs_sum", d.abs_sum},
+                   {"nonfinite", d.nonfinite},
+                   {"samples", samples}});
+  }
+  return arr;
+}
+
+} // namespace
 
 validation shape_only_validation(const task& t) {
   validation v;
@@ -58,6 +86,11 @@ void task_table::row(const validation& v) {
                         {"ok", v.ok},
                         {"verdict", v.verdict}};
     if (!v.warning.empty()) j["warning"] = v.warning;
+    if (!v.digest_outputs.empty())
+      j["digest"] = {{"input_seed", digest_input_seed},
+                     {"params", digests_json(v.digest_params)},
+                     {"inputs", digests_json(v.digest_inputs)},
+                     {"outputs", digests_json(v.digest_outputs)}};
     json_ << j.dump() << "\n";
     json_.flush();
   }

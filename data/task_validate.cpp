@@ -23,12 +23,23 @@ validation validate_task(const task& t, const validate_options& opts) {
   }
   try {
     auto params = make_params(t, default_param_seed(t), opts.device);
-    auto inputs = make_inputs(t, 7, opts.device);
+    auto inputs = make_inputs(t, digest_input_seed, opts.device);
     auto warm = run_reference(t, inputs, params);
     if (!warm) {
       v.verdict = warm.message();
       return v;
     }
+    if (opts.digest_samples > 0) {
+      // Inputs and params only need enough samples to show they were drawn alike.
+      const int64_t few = std::min<int64_t>(opts.digest_samples, 32);
+      for (size_t i = 0; i < params.size(); ++i)
+        v.digest_params.push_back(digest_of(t.params[i].name, params[i], few));
+      for (size_t i = 0; i < inputs.size(); ++i)
+        v.digest_inputs.push_back(digest_of(t.inputs[i].name, inputs[i], few));
+      for (size_t i = 0; i < warm->size(); ++i)
+        v.digest_outputs.push_back(digest_of(t.outputs[i], (*warm)[i], opts.digest_samples));
+    }
+    warm->clear(); // free the outputs (gigabytes on gpu-profile tasks) before timing
     synchronize(opts.device);
     std::vector<double> ms;
     for (int i = 0; i < std::max(1, opts.timing_runs); ++i) {
