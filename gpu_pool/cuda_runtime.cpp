@@ -221,6 +221,15 @@ std::string cuda_arch_of(const cuda_device_info& d) {
   return "sm_" + std::to_string(d.sm_major) + std::to_string(d.sm_minor);
 }
 
+std::string cuda_pci_bus_id(int ordinal) {
+  char buf[32] = "";
+  if (cudaDeviceGetPCIBusId(buf, sizeof buf, ordinal) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return buf;
+}
+
 status cuda_open_device(int ordinal) {
   auto& s = proc();
   if (s.ordinal == ordinal) return ok();

@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 #include <tuple>
 
 namespace kiln {
@@ -62,6 +63,7 @@ caf::behavior compile_worker(caf::event_based_actor*, cpu_compile_options opts,
 // One job at a time in a disposable executor: the actor's mailbox is the device's queue.
 caf::behavior device_actor(caf::event_based_actor*, executor_options opts) {
   auto client = std::make_shared<executor_client>(opts);
+  auto announced = std::make_shared<bool>(false);
   return {[=](run_job_atom, const std::string& bytes) {
     auto j = decode_job(bytes);
     if (!j) {
@@ -70,7 +72,15 @@ caf::behavior device_actor(caf::event_based_actor*, executor_options opts) {
       o.message = "device: malformed job: " + j.message();
       return encode(o);
     }
-    return encode(client->run(*j));
+    auto o = client->run(*j);
+    if (!*announced && client->hello()) { // once: what the sandbox and the clock reader got
+      *announced = true;
+      const auto& h = *client->hello();
+      spdlog::info("device {}: executor pid {} (network {}, landlock abi {}); {}",
+                   opts.cuda_device >= 0 ? "cuda:" + std::to_string(opts.cuda_device) : "cpu",
+                   h.pid, h.net_isolated ? "isolated" : "shared", h.landlock_abi, h.clocks);
+    }
+    return encode(o);
   }};
 }
 
@@ -142,7 +152,7 @@ caf::behavior device_pool(pool_actor* self, pool_config cfg) {
   }
   for (int i = 0; i < std::max(1, cfg.devices); ++i) {
     executor_options eo = cfg.executor;
-    if (cfg.backend == backend_kind::cuda) eo.cuda_device = i;
+    if (cfg.backend == backend_kind::cuda) eo.cuda_device = cfg.first_device + i;
     auto d = self->system().spawn<caf::detached>(device_actor, eo);
     self->link_to(d);
     device_slot slot;

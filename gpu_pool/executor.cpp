@@ -51,6 +51,7 @@ private:
 
 struct job_runner::impl {
   int cuda_device = -1;
+  std::unique_ptr<device_clocks> clocks;
   program_cache<cpu_program> cpu_programs;
   std::string params_key;
   std::vector<at::Tensor> params;
@@ -100,7 +101,11 @@ struct job_runner::impl {
       return failed("backend '" + j.artifact.backend + "' is not served by this executor (" +
                     backend() + ")");
     const auto& ps = params_for(t);
-    if (j.kind == job_kind::baseline) return time_reference(t, ps, j.timing, dev);
+    if (j.kind == job_kind::baseline) {
+      auto tm = time_reference(t, ps, j.timing, dev);
+      note_clocks(tm);
+      return tm;
+    }
 
     kernel_call verify_call, timed_call;
     if (cuda_device < 0) {
@@ -127,6 +132,7 @@ struct job_runner::impl {
     }
     if (j.kind == job_kind::time) {
       auto tm = time_kernel(t, ps, timed_call, j.timing, dev);
+      note_clocks(tm);
       check_roofline(t, ps, j, verify_call, tm);
       return tm;
     }
@@ -136,8 +142,19 @@ struct job_runner::impl {
     if (j.kind == job_kind::verify || v.kind != outcome_kind::correct) return v;
     auto tm = time_kernel(t, ps, timed_call, j.timing, dev);
     if (tm.kind == outcome_kind::correct) tm.message = v.message;
+    note_clocks(tm);
     check_roofline(t, ps, j, verify_call, tm);
     return tm;
+  }
+
+  // Clocks right after the last trial, while the device still runs at its loaded clocks; a
+  // throttled timing is kept (it is what the device did) but said so.
+  void note_clocks(check_result& tm) {
+    if (!clocks || !tm.time) return;
+    tm.time->clocks = clocks->sample();
+    if (tm.time->clocks.throttled)
+      tm.message += (tm.message.empty() ? "" : "; ") + std::string("timed while clocks were held down (") +
+                    tm.time->clocks.throttle + ", SM " + std::to_string(tm.time->clocks.sm_mhz) + " MHz)";
   }
 
   // Streaming bandwidth of this device (read + write of one buffer in place: no write-allocate
@@ -213,8 +230,10 @@ struct job_runner::impl {
   }
 };
 
-job_runner::job_runner(int program_cache, int cuda_device)
-    : impl_(std::make_unique<impl>(static_cast<size_t>(std::max(1, program_cache)), cuda_device)) {}
+job_runner::job_runner(int program_cache, int cuda_device, std::unique_ptr<device_clocks> clocks)
+    : impl_(std::make_unique<impl>(static_cast<size_t>(std::max(1, program_cache)), cuda_device)) {
+  impl_->clocks = std::move(clocks);
+}
 job_runner::~job_runner() = default;
 
 outcome job_runner::run(const job& j) {
@@ -273,6 +292,7 @@ int executor_main(const executor_args& args) {
   so.restrict_fs = args.restrict_fs;
   so.drop_privileges = args.drop_privileges;
   std::vector<std::string> notes;
+  std::unique_ptr<device_clocks> clocks = args.cuda_device >= 0 ? nullptr : device_clocks::open_cpu();
   if (args.cuda_device >= 0) {
 #ifdef KILN_HAVE_CUDA
     // The driver reserves far more virtual address space than any RLIMIT_AS that still bounds a
@@ -284,6 +304,8 @@ int executor_main(const executor_args& args) {
       // LibTorch's CUDA state (its allocator, the reference's libraries) starts here too.
       at::empty({1}, at::TensorOptions().device(
                          c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(args.cuda_device))));
+      // NVML opens the driver's control devices: before landlock, like the rest.
+      clocks = device_clocks::open_nvml(cuda_pci_bus_id(args.cuda_device));
       return ok();
     };
 #else
@@ -315,12 +337,13 @@ int executor_main(const executor_args& args) {
   hello.landlock_abi = sb->landlock_abi;
   hello.scratch = args.scratch;
   hello.warnings = join(sb->warnings);
+  if (clocks) hello.clocks = clocks->describe();
   if (auto st = write_frame(args.fd, encode(hello)); !st) {
     std::fprintf(stderr, "kiln executor: cannot send hello: %s\n", st.message().c_str());
     return 4;
   }
 
-  job_runner runner(args.program_cache, args.cuda_device);
+  job_runner runner(args.program_cache, args.cuda_device, std::move(clocks));
   for (;;) {
     auto f = read_frame(args.fd);
     if (f.status == frame_status::eof) return 0; // the client is done with us

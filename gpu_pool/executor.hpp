@@ -4,6 +4,7 @@
 // It is disposable: generated code runs in it, so a crash or hang costs this process, not the pool.
 #pragma once
 
+#include "gpu_pool/device_clocks.hpp"
 #include "gpu_pool/job.hpp"
 
 #include <cstdint>
@@ -33,8 +34,10 @@ int executor_main(const executor_args& args);
 // for tests of verification logic and for tools that accept the risk.
 class job_runner {
 public:
-  // cuda_device >= 0: cuda jobs on that device (cuda_open_device must have succeeded).
-  explicit job_runner(int program_cache = 4, int cuda_device = -1);
+  // cuda_device >= 0: cuda jobs on that device (cuda_open_device must have succeeded). `clocks`
+  // (optional) is sampled after every timing.
+  explicit job_runner(int program_cache = 4, int cuda_device = -1,
+                      std::unique_ptr<device_clocks> clocks = nullptr);
   ~job_runner();
   job_runner(const job_runner&) = delete;
   job_runner& operator=(const job_runner&) = delete;

@@ -325,7 +325,7 @@ std::string encode(const outcome& o) {
   }
   key(p, "time");
   if (o.time) {
-    p.pack_map(6);
+    p.pack_map(7);
     key(p, "median_ms");
     p.pack(o.time->median_ms);
     key(p, "cv");
@@ -338,6 +338,21 @@ std::string encode(const outcome& o) {
     p.pack(o.time->roofline_ms);
     key(p, "beyond_roofline");
     p.pack(o.time->beyond_roofline);
+    const auto& c = o.time->clocks;
+    key(p, "clocks");
+    p.pack_map(6);
+    key(p, "sm_mhz");
+    p.pack(c.sm_mhz);
+    key(p, "mem_mhz");
+    p.pack(c.mem_mhz);
+    key(p, "temperature_c");
+    p.pack(c.temperature_c);
+    key(p, "power_w");
+    p.pack(c.power_w);
+    key(p, "throttle");
+    p.pack(c.throttle);
+    key(p, "throttled");
+    p.pack(c.throttled);
   } else {
     p.pack_nil();
   }
@@ -383,6 +398,15 @@ expected<outcome> decode_outcome(const std::string& bytes) {
       tm.min_ms = t.f64("min_ms");
       tm.roofline_ms = t.f64("roofline_ms", false);
       tm.beyond_roofline = t.boolean("beyond_roofline", false);
+      if (t.has("clocks")) {
+        auto c = t.sub("clocks");
+        tm.clocks.sm_mhz = c.i32("sm_mhz", false);
+        tm.clocks.mem_mhz = c.i32("mem_mhz", false);
+        tm.clocks.temperature_c = c.i32("temperature_c", false);
+        tm.clocks.power_w = c.f64("power_w", false);
+        tm.clocks.throttle = c.str("throttle", false);
+        tm.clocks.throttled = c.boolean("throttled", false);
+      }
       o.time = tm;
     }
     o.queue_ms = m.f64("queue_ms");
@@ -396,11 +420,13 @@ expected<outcome> decode_outcome(const std::string& bytes) {
 std::string encode(const executor_hello& h) {
   msgpack::sbuffer buf;
   packer p(buf);
-  p.pack_map(9);
+  p.pack_map(10);
   key(p, "v");
   p.pack(wire_version);
   key(p, "type");
   p.pack(std::string_view("hello"));
+  key(p, "clocks");
+  p.pack(h.clocks);
   key(p, "landlock_abi");
   p.pack(h.landlock_abi);
   key(p, "pid");
@@ -430,6 +456,7 @@ expected<executor_hello> decode_hello(const std::string& bytes) {
                                        h.landlock_abi = m.i64("landlock_abi", false);
                                        h.scratch = m.str("scratch");
                                        h.warnings = m.str("warnings");
+                                       h.clocks = m.str("clocks", false);
                                        return h;
                                      });
 }

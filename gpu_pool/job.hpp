@@ -4,6 +4,7 @@
 
 #include "data/expected.hpp"
 #include "data/task_spec.hpp"
+#include "gpu_pool/device_clocks.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -87,6 +88,7 @@ struct timings {
   double min_ms = 0;
   double roofline_ms = 0;       // compulsory bytes / bandwidth: no honest kernel is faster
   bool beyond_roofline = false; // it was: re-verified on fresh inputs and kept, but flagged
+  clock_sample clocks;          // the device's clocks right after the last trial
 };
 
 struct outcome {
@@ -113,6 +115,7 @@ struct executor_hello {
   int64_t landlock_abi = 0; // >= 4: TCP connect/bind denied, >= 6: no signals outside the executor
   std::string scratch;
   std::string warnings; // what could not be applied, '; '-separated
+  std::string clocks;   // where clocks are read from (device, maximum clocks), or why not
 };
 
 // --- wire form: one msgpack map per frame, string keys, version field "v" = 1 ---

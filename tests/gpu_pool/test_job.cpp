@@ -91,7 +91,7 @@ TEST_CASE("outcomes round trip, with and without mismatch and timings") {
 
   outcome t;
   t.kind = outcome_kind::correct;
-  t.time = timings{1.25, 0.01, 40, 1.2, 2.5, true};
+  t.time = timings{1.25, 0.01, 40, 1.2, 2.5, true, clock_sample{1980, 3201, 61, 412.5, "sw_power_cap", true}};
   t.retire = true;
   auto e = decode_outcome(encode(t));
   REQUIRE(e.has_value());
@@ -100,6 +100,12 @@ TEST_CASE("outcomes round trip, with and without mismatch and timings") {
   CHECK(e->time->trials == 40);
   CHECK(e->time->roofline_ms == 2.5);
   CHECK(e->time->beyond_roofline);
+  CHECK(e->time->clocks.sm_mhz == 1980);
+  CHECK(e->time->clocks.mem_mhz == 3201);
+  CHECK(e->time->clocks.temperature_c == 61);
+  CHECK(e->time->clocks.power_w == 412.5);
+  CHECK(e->time->clocks.throttle == "sw_power_cap");
+  CHECK(e->time->clocks.throttled);
   CHECK(e->retire);
   CHECK_FALSE(e->error.has_value());
 
@@ -115,7 +121,7 @@ TEST_CASE("outcomes round trip, with and without mismatch and timings") {
 }
 
 TEST_CASE("hello round trips") {
-  executor_hello h{1234, 65534, true, true, 6, "/tmp/kiln-exec-x", "w1; w2"};
+  executor_hello h{1234, 65534, true, true, 6, "/tmp/kiln-exec-x", "w1; w2", "nvml: H200"};
   auto d = decode_hello(encode(h));
   REQUIRE(d.has_value());
   CHECK(d->pid == 1234);
@@ -123,6 +129,19 @@ TEST_CASE("hello round trips") {
   CHECK(d->net_isolated);
   CHECK(d->landlock_abi == 6);
   CHECK(d->scratch == "/tmp/kiln-exec-x");
+  CHECK(d->clocks == "nvml: H200");
+}
+
+TEST_CASE("throttle reasons: names, and which of them slow a busy device") {
+  bool slow = true;
+  CHECK(throttle_reason_names(0, &slow).empty());
+  CHECK_FALSE(slow);
+  CHECK(throttle_reason_names(0x1, &slow) == "gpu_idle");
+  CHECK_FALSE(slow); // idle is not a slowdown of a busy GPU
+  CHECK(throttle_reason_names(0x4 | 0x40, &slow) == "sw_power_cap|hw_thermal_slowdown");
+  CHECK(slow);
+  CHECK(throttle_reason_names(0x2 | 0x100, &slow) == "applications_clocks|display_clock");
+  CHECK_FALSE(slow);
 }
 
 TEST_CASE("truncated messages are errors") {
