@@ -118,13 +118,26 @@ double rate_for(double seconds, F&& f) {
 
 // Wall clock of `updates` PPO updates with a producer thread generating proxy episodes from the
 // newest published weights; eta = 0 makes the producer wait for each new version (synchronous).
-nlohmann::json timed_run(const std::vector<task>& tasks, const std::vector<proxy_task>& pts,
-                         int eta, int updates, uint64_t seed) {
+// The learner's device and model size from the bench's flags (0 = the default size).
+learner_config bench_learner_config(const bench_args& args) {
   learner_config cfg;
+  cfg.device = args.device;
+  if (args.d_model > 0) cfg.model.d_model = args.d_model;
+  if (args.n_layers > 0) cfg.model.n_layers = args.n_layers;
+  if (args.n_heads > 0) cfg.model.n_heads = args.n_heads;
+  return cfg;
+}
+
+nlohmann::json timed_run(const std::vector<task>& tasks, const std::vector<proxy_task>& pts,
+                         int eta, const bench_args& args) {
+  learner_config cfg = bench_learner_config(args);
+  const int updates = args.updates;
+  const uint64_t seed = args.seed;
   cfg.eta = eta;
   cfg.batch_size = 32;
   cfg.max_updates = updates;
-  cfg.threads = 1; // one core trains, the other generates
+  // One core trains, another generates (on a 2-core machine that is all of it).
+  cfg.threads = args.device == "cpu" ? 1 : 0;
   cfg.queue_capacity = 2 * cfg.batch_size;
   cfg.seed = seed;
   auto l = learner::create(cfg, tasks);
@@ -132,6 +145,7 @@ nlohmann::json timed_run(const std::vector<task>& tasks, const std::vector<proxy
   model_policy_options po;
   po.model = (*l)->config().model;
   po.slot = (*l)->weights();
+  po.device = args.device;
   auto pol = model_policy::create(po);
   if (!pol) return {{"error", pol.message()}};
   auto q = (*l)->queue();
@@ -174,7 +188,7 @@ nlohmann::json timed_run(const std::vector<task>& tasks, const std::vector<proxy
 
 nlohmann::json learn_run(const std::vector<task>& tasks, const std::vector<proxy_task>& pts,
                          const bench_args& args) {
-  learner_config cfg;
+  learner_config cfg = bench_learner_config(args);
   cfg.batch_size = 64;
   cfg.lr = 1e-3;
   cfg.eta = 0;
@@ -185,6 +199,7 @@ nlohmann::json learn_run(const std::vector<task>& tasks, const std::vector<proxy
   model_policy_options po;
   po.model = (*l)->config().model;
   po.slot = (*l)->weights();
+  po.device = args.device;
   auto pol = model_policy::create(po);
   if (!pol) return {{"error", pol.message()}};
   (*l)->publish();
@@ -301,7 +316,7 @@ int cmd_bench_learner(const common_args& common, const bench_args& args) {
   {
     int threads = configure_threads(common.threads);
     spdlog::set_level(spdlog::level::warn);
-    learner_config cfg;
+    learner_config cfg = bench_learner_config(args);
     cfg.batch_size = 16;
     cfg.threads = threads;
     cfg.eta = 1 << 20;
@@ -332,6 +347,7 @@ int cmd_bench_learner(const common_args& common, const bench_args& args) {
     out["update_batch"] = cfg.batch_size;
     out["update_threads"] = threads;
     out["model"] = to_string((*l)->config().model);
+    out["device"] = args.device;
     spdlog::info("update: {:.0f} tokens/s ({:.0f} model tokens/s), {} threads",
                  out["update_tokens_per_s"].get<double>(),
                  out["update_model_tokens_per_s"].get<double>(), threads);
@@ -340,8 +356,8 @@ int cmd_bench_learner(const common_args& common, const bench_args& args) {
   // 3. Async (eta = 1) vs sync (eta = 0): same number of updates, producer on its own thread.
   if (args.updates > 0) {
     spdlog::set_level(spdlog::level::warn);
-    auto sync = timed_run(set.tasks, pts, 0, args.updates, args.seed);
-    auto async = timed_run(set.tasks, pts, 1, args.updates, args.seed);
+    auto sync = timed_run(set.tasks, pts, 0, args);
+    auto async = timed_run(set.tasks, pts, 1, args);
     spdlog::set_level(level);
     out["sync"] = sync;
     out["async"] = async;

@@ -52,6 +52,7 @@ int cmd_eval(const common_args& common, const eval_args& args) {
     spdlog::info("torch.compile baselines: {} of {} tasks ({}, torch {}, mode {})", found,
                  set.tasks.size(), b->device, b->torch, b->mode);
     baselines = std::move(*b);
+    warn_if_other_device(&*baselines, *cfg);
   }
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, {common.threads, "sharing"});

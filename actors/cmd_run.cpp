@@ -63,8 +63,9 @@ expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args
     set.tasks.resize(static_cast<std::size_t>(cfg.eval_max_tasks));
   auto pool_cfg =
       make_pool_config(cfg.backend, cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir,
-                       cfg.devices, cfg.compile_workers);
+                       cfg.devices, cfg.compile_workers, cfg.first_device);
   if (!pool_cfg) return error{cfg.origin + ": " + pool_cfg.message()};
+  warn_if_other_device(baselines, *pool_cfg);
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, {common.threads > 0 ? common.threads : cfg.threads, "sharing"});
   caf::actor_system sys{sys_cfg};

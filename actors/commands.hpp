@@ -21,6 +21,7 @@ struct tasks_validate_args {
   int timing_runs = 3;
   double min_ms = 0, max_ms = 0;
   bool shapes_only = false; // parse and check only; no reference runs
+  int64_t digest = 0;       // > 0: JSON rows carry digests with this many samples per output
 };
 int cmd_tasks_validate(const common_args& common, const tasks_validate_args& args);
 
@@ -87,6 +88,8 @@ struct bench_args {
   int seconds = 120;  // --learn: training time budget
   int updates = 10;   // async vs sync: updates timed in each mode
   std::string out;    // --learn: JSONL curve written here
+  std::string device = "cpu"; // learner and policy: cpu | cuda | cuda:N
+  int d_model = 0, n_layers = 0, n_heads = 0; // model size (0: learner_config's default)
 };
 int cmd_bench(const common_args& common, const bench_args& args);
 int cmd_bench_rollout(const common_args& common, const bench_args& args);

@@ -36,7 +36,7 @@ std::string default_cache_dir() {
 }
 
 expected<pool_config> make_pool_config(const std::string& backend, const std::string& cache_dir,
-                                       int devices, int compile_workers) {
+                                       int devices, int compile_workers, int first_device) {
   pool_config cfg;
   cfg.compile_workers = compile_workers;
   if (backend == "cuda") {
@@ -44,12 +44,18 @@ expected<pool_config> make_pool_config(const std::string& backend, const std::st
     auto found = cuda_probe_devices();
     if (!found) return error{"backend 'cuda': " + found.message()};
     int count = static_cast<int>(found->size());
-    if (devices > count)
-      return error{"backend 'cuda': " + std::to_string(devices) + " devices asked for, " +
-                   std::to_string(count) + " visible"};
+    if (first_device < 0 || first_device >= count)
+      return error{"backend 'cuda': first device " + std::to_string(first_device) + ", but " +
+                   std::to_string(count) + " GPUs are visible"};
+    if (first_device + devices > count)
+      return error{"backend 'cuda': " + std::to_string(devices) + " devices from GPU " +
+                   std::to_string(first_device) + " asked for, " + std::to_string(count) +
+                   " visible"};
     cfg.backend = backend_kind::cuda;
-    cfg.devices = devices > 0 ? devices : count;
-    cfg.cuda_arch = cuda_arch_of(found->front());
+    cfg.devices = devices > 0 ? devices : count - first_device;
+    cfg.first_device = first_device;
+    cfg.cuda_arch = cuda_arch_of((*found)[static_cast<size_t>(first_device)]);
+    cfg.device_name = (*found)[static_cast<size_t>(first_device)].name;
 #else
     return error{"backend 'cuda': this build has no cuda backend (configure with -DKILN_CUDA=ON "
                  "where the CUDA toolkit is installed)"};
@@ -74,6 +80,20 @@ expected<pool_config> make_pool_config(const std::string& backend, const std::st
   cfg.executor.threads =
       cfg.backend == backend_kind::cuda ? 2 : std::max(1, cores / std::max(1, cfg.devices));
   return cfg;
+}
+
+void warn_if_other_device(const compile_baselines* b, const pool_config& pool) {
+  static std::once_flag once;
+  if (!b) return;
+  // The baselines tool names a cpu "cpu: <model>", a GPU by its CUDA name.
+  bool same = pool.backend == backend_kind::cuda ? b->device == pool.device_name
+                                                 : b->device.rfind("cpu", 0) == 0;
+  if (!same)
+    std::call_once(once, [&] {
+      spdlog::warn("baselines {} were measured on '{}', this pool times on '{}': speedups vs "
+                   "torch.compile compare two different devices",
+                   b->origin, b->device, pool.device_name);
+    });
 }
 
 expected<policy_spec> parse_policy(const std::string& name) {
@@ -187,9 +207,14 @@ eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, u
   auto o = pool.run(make_job(t, job_kind::evaluate), r.program);
   r.outcome = to_string(o.kind);
   r.correct = o.kind == outcome_kind::correct && o.time.has_value();
-  if (r.correct)
+  if (r.correct) {
     r.kernel_ms = o.time->median_ms;
-  else
+    r.roofline_ms = o.time->roofline_ms;
+    r.beyond_roofline = o.time->beyond_roofline;
+    r.sm_mhz = o.time->clocks.sm_mhz;
+    r.throttled = o.time->clocks.throttled;
+    if (r.beyond_roofline || r.throttled) r.message = o.message.substr(0, 300);
+  } else
     r.message = o.message.substr(0, 300);
   return r;
 }
@@ -244,14 +269,26 @@ void print_summary(const nlohmann::json& j) {
               100 * o["pass_rate"].get<double>(), 100 * o["fast_1_eager"].get<double>(),
               o["geomean_eager"].get<double>());
   if (o["geomean_compile"].is_number())
-    std::printf("  vs torch.compile: fast_1 %.1f%%  geomean %.3fx\n",
-                100 * o["fast_1_compile"].get<double>(), o["geomean_compile"].get<double>());
+    std::printf("  vs torch.compile (%d tasks): fast_1 %.1f%%  geomean %.3fx\n",
+                o.value("compile_tasks", 0), 100 * o["fast_1_compile"].get<double>(),
+                o["geomean_compile"].get<double>());
   else
     std::printf("  (compile baselines: n/a)\n");
-  for (auto& [level, lj] : j["levels"].items())
-    std::printf("  level %s: tasks %d  pass %.1f%%  fast_1 %.1f%%  geomean %.3fx\n", level.c_str(),
+  for (auto& [level, lj] : j["levels"].items()) {
+    std::printf("  level %s: tasks %d  pass %.1f%%  fast_1 %.1f%%  geomean %.3fx", level.c_str(),
                 lj["tasks"].get<int>(), 100 * lj["pass_rate"].get<double>(),
                 100 * lj["fast_1_eager"].get<double>(), lj["geomean_eager"].get<double>());
+    if (lj["geomean_compile"].is_number())
+      std::printf("  vs compile: fast_1 %.1f%%  geomean %.3fx", 100 * lj["fast_1_compile"].get<double>(),
+                  lj["geomean_compile"].get<double>());
+    std::printf("\n");
+  }
+  // Timings an honest reader should look at twice.
+  if (o.value("beyond_roofline", 0) > 0 || o.value("throttled", 0) > 0)
+    std::printf("  flagged: %d beyond the bandwidth roofline (re-verified), %d timed while throttled\n",
+                o.value("beyond_roofline", 0), o.value("throttled", 0));
+  if (o.value("sm_mhz_max", 0) > 0)
+    std::printf("  clocks after timing: %d-%d MHz\n", o.value("sm_mhz_min", 0), o.value("sm_mhz_max", 0));
   std::fflush(stdout);
 }
 

@@ -18,8 +18,13 @@ namespace kiln {
 std::string default_cache_dir();
 
 // A pool for `backend` whose kernel cache, ABI header and executor scratch live under cache_dir.
+// cuda: GPUs first_device .. first_device + devices - 1 (devices 0: every GPU from first_device).
 expected<pool_config> make_pool_config(const std::string& backend, const std::string& cache_dir,
-                                       int devices, int compile_workers);
+                                       int devices, int compile_workers, int first_device = 0);
+
+// Warns (once per process) when the baselines were measured on another kind of device than the
+// pool's: compile speedups would then compare two machines.
+void warn_if_other_device(const compile_baselines* b, const pool_config& pool);
 
 struct policy_spec {
   std::string name; // "expert" | "random" | a checkpoint path

@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
   val->add_option("--max-ms", validate.max_ms,
                   "fail tasks whose eager time is above this (0 = off)");
   val->add_flag("--shapes-only", validate.shapes_only, "parse and check shapes only; run nothing");
+  val->add_option("--digest", validate.digest,
+                  "JSON rows also carry digests of params, inputs and outputs (N samples per "
+                  "output) for tools/torch_baselines.py's fidelity check")
+      ->check(CLI::Range(1, 100000));
 
   kiln::eval_args eval;
   auto* ev = app.add_subcommand(
@@ -102,6 +106,11 @@ int main(int argc, char** argv) {
   be->add_option("--updates", bench.updates, "learner: updates timed in async and sync mode")
       ->capture_default_str();
   be->add_option("--out", bench.out, "learner --learn: write the curve (JSONL) here");
+  be->add_option("--device", bench.device, "learner: where the learner and policy run (cpu, cuda[:N])")
+      ->capture_default_str();
+  be->add_option("--d-model", bench.d_model, "learner: model width (0 = the default, 128)");
+  be->add_option("--layers", bench.n_layers, "learner: transformer layers (0 = the default, 2)");
+  be->add_option("--heads", bench.n_heads, "learner: attention heads (0 = the default, 4)");
 
   kiln::learner_args learner;
   auto* lrn = app.add_subcommand(

@@ -23,6 +23,7 @@ expected<run_config> read_run_config(config_reader& r) {
   c.eval_seed = static_cast<uint64_t>(r.integer("eval.seed", 1, 0));
   c.cache_dir = r.path("pool.cache_dir", "");
   c.devices = static_cast<int>(r.integer("pool.devices", 1, 1, 1024));
+  c.first_device = static_cast<int>(r.integer("pool.first_device", 0, 0, 1023));
   c.compile_workers = static_cast<int>(r.integer("pool.compile_workers", 2, 1, 1024));
   c.baselines = r.path("pool.baselines", "");
   c.learner.seed = c.seed;
@@ -30,6 +31,7 @@ expected<run_config> read_run_config(config_reader& r) {
   read_learner_config(r, c.learner);
   c.rollout_episodes = r.integer("rollout.episodes", 0, 0);
   c.rollout_policy = r.choice("rollout.policy", c.rollout_policy, {"model", "expert", "random"});
+  c.rollout_policy_device = r.string("rollout.policy_device", c.learner.device);
   c.rollout_max_concurrent = r.integer("rollout.max_concurrent", c.rollout_max_concurrent, 1);
   c.rollout_group_size = r.integer("rollout.group_size", c.rollout_group_size, 1, 1024);
   c.rollout_max_turns = static_cast<int>(r.integer("rollout.max_turns", 2, 1, 64));

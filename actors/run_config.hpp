@@ -32,6 +32,7 @@ struct run_config {
   // [pool]
   std::string cache_dir; // empty: default_cache_dir()
   int devices = 1;
+  int first_device = 0; // cuda: the pool's GPUs start here (the learner / policy may use others)
   int compile_workers = 2;
   std::string baselines; // torch.compile baselines file: reward tier 3 and compile metrics
   // [learner], [learner.model], [learner.ppo] (learner/learner_config.hpp)
@@ -41,6 +42,7 @@ struct run_config {
   // trajectories.
   int64_t rollout_episodes = 0;
   std::string rollout_policy = "model";
+  std::string rollout_policy_device; // the hosted model's device; empty: learner.device
   int64_t rollout_max_concurrent = 64;
   int64_t rollout_group_size = 4;
   int rollout_max_turns = 2;

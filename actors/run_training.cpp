@@ -54,6 +54,32 @@ void print_progress(const json& s, double t, int64_t total) {
       num(s, "learner_version"), num(s, "learner_lag_mean"));
 }
 
+// CUDA index of a device name ("cuda" = 0, "cuda:N" = N); -1 for others.
+int cuda_index(const std::string& device) {
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) != 0) return -1;
+  try {
+    return std::stoi(device.substr(5));
+  } catch (...) {
+    return -1;
+  }
+}
+
+// Training on a GPU the pool also times kernels on makes those timings (and the rewards built on
+// them) depend on what the learner was doing: say so once, at start-up.
+void warn_shared_gpus(const pool_config& pool, const run_config& cfg) {
+  if (pool.backend != backend_kind::cuda) return;
+  auto in_pool = [&](int d) { return d >= pool.first_device && d < pool.first_device + pool.devices; };
+  for (const auto& [role, device] :
+       {std::pair<const char*, std::string>{"learner.device", cfg.learner.device},
+        {"rollout.policy_device", cfg.rollout_policy_device}})
+    if (int d = cuda_index(device); d >= 0 && in_pool(d) && (cfg.rollout_policy == "model"))
+      spdlog::warn("{} = {} is one of the pool's GPUs (pool.first_device {}, {} devices): kernel "
+                   "timings there share the GPU with training and are not clean; put the pool "
+                   "on other GPUs for rewards you can trust",
+                   role, device, pool.first_device, pool.devices);
+}
+
 } // namespace
 
 expected<json> run_training(const run_config& cfg, const std::vector<task>& all_tasks,
@@ -64,8 +90,11 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
     tasks.resize(static_cast<std::size_t>(cfg.rollout_max_tasks));
   if (tasks.empty()) return error{"rollout: no valid tasks to train on"};
   auto cache = cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir;
-  auto pcfg = make_pool_config(cfg.backend, cache, cfg.devices, cfg.compile_workers);
+  auto pcfg =
+      make_pool_config(cfg.backend, cache, cfg.devices, cfg.compile_workers, cfg.first_device);
   if (!pcfg) return pcfg.err();
+  warn_shared_gpus(*pcfg, cfg);
+  warn_if_other_device(baselines, *pcfg);
 
   bool hosted = cfg.rollout_policy == "model";
   // ipc paths are limited to ~100 bytes: a short one per process, not one under the run dir.
@@ -88,6 +117,7 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
     mo.temperature = lc.temperature;
     mo.slot = learn->weights();
     mo.init_seed = cfg.seed;
+    mo.device = cfg.rollout_policy_device;
     auto p = model_policy::create(mo);
     if (!p) return error{"policy: " + p.message()};
     policy = std::move(*p);

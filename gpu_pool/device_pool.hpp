@@ -23,10 +23,12 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 
 struct pool_config {
   backend_kind backend = backend_kind::cpu;
-  int devices = 1;             // cpu: executors sharing the host; cuda: GPUs 0 .. devices-1
+  int devices = 1;             // cpu: executors sharing the host; cuda: GPUs first_device ..
+  int first_device = 0;        // cuda: the pool's first GPU (others may host learner and policy)
   int compile_workers = 2;     // parallel host-compiler processes / NVRTC threads
   cpu_compile_options compile; // cache_dir serves both backends
   std::string cuda_arch = "sm_90";
+  std::string device_name = "cpu"; // cuda: the first GPU's name ("NVIDIA H200")
   executor_options executor;
 };
 

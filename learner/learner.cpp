@@ -748,7 +748,7 @@ expected<std::vector<float>> learner::score(const trajectory& t) {
   torch::NoGradGuard ng;
   s.model->eval();
   auto ev = evaluate(s.model, {&*smp}, s.cfg.temperature, s.cfg.chunk_tokens);
-  auto lp = ev.logp.contiguous();
+  auto lp = ev.logp.to(torch::kCPU).contiguous();
   return std::vector<float>(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel());
 }
 

@@ -12,9 +12,9 @@ namespace kiln {
 
 namespace {
 
-struct seq_cache {
-  std::vector<kv_pair> kv; // per layer, [H, len, dh]
-  int64_t len = 0;         // context tokens already in the cache
+struct cache_row {
+  int64_t row = 0; // index into the cache tensors' first dimension
+  int64_t len = 0; // context tokens already in the cache
 };
 
 } // namespace
@@ -22,11 +22,56 @@ struct seq_cache {
 struct model_policy::impl {
   model_policy_options opt;
   policy_model model{nullptr};
+  torch::Device dev{torch::kCPU};
   int64_t version = -1; // fresh weights no learner published: trajectories would be rejected
-  std::unordered_map<uint64_t, seq_cache> caches;
+  // Per layer [rows_cap, heads, time_cap, head_dim]; both capacities grow by doubling.
+  std::vector<torch::Tensor> cache_k, cache_v;
+  int64_t rows_cap = 0, time_cap = 0;
+  std::unordered_map<uint64_t, cache_row> rows;
+  std::vector<int64_t> free_rows;
   std::unique_ptr<zmq::context_t> zctx;
   std::unique_ptr<zmq::socket_t> sub;
   bool warned_len = false;
+
+  cache_row& row_of(uint64_t seq) {
+    auto it = rows.find(seq);
+    if (it != rows.end()) return it->second;
+    cache_row r;
+    if (!free_rows.empty()) {
+      r.row = free_rows.back();
+      free_rows.pop_back();
+    } else {
+      r.row = static_cast<int64_t>(rows.size());
+    }
+    return rows.emplace(seq, r).first->second;
+  }
+
+  void reserve(int64_t need_rows, int64_t need_time) {
+    if (need_rows <= rows_cap && need_time <= time_cap) return;
+    int64_t nr = std::max({need_rows, rows_cap, int64_t{8}});
+    if (need_rows > rows_cap) nr = std::max(need_rows, 2 * rows_cap);
+    int64_t nt = std::max({need_time, time_cap, int64_t{64}});
+    if (need_time > time_cap) nt = std::max((need_time + 63) / 64 * 64, 2 * time_cap);
+    const int64_t layers = opt.model.n_layers, heads = opt.model.n_heads;
+    const int64_t dh = opt.model.d_model / heads;
+    auto o = torch::TensorOptions().dtype(torch::kFloat).device(dev);
+    for (int64_t l = 0; l < layers; ++l) {
+      auto k = torch::zeros({nr, heads, nt, dh}, o), v = torch::zeros({nr, heads, nt, dh}, o);
+      if (rows_cap > 0) {
+        k.narrow(0, 0, rows_cap).narrow(2, 0, time_cap).copy_(cache_k[static_cast<size_t>(l)]);
+        v.narrow(0, 0, rows_cap).narrow(2, 0, time_cap).copy_(cache_v[static_cast<size_t>(l)]);
+      }
+      if (cache_k.size() <= static_cast<size_t>(l)) {
+        cache_k.push_back(k);
+        cache_v.push_back(v);
+      } else {
+        cache_k[static_cast<size_t>(l)] = k;
+        cache_v[static_cast<size_t>(l)] = v;
+      }
+    }
+    rows_cap = nr;
+    time_cap = nt;
+  }
 };
 
 model_policy::model_policy(std::unique_ptr<impl> p) : p_(std::move(p)) {}
@@ -35,6 +80,14 @@ model_policy::~model_policy() = default;
 expected<std::unique_ptr<model_policy>> model_policy::create(const model_policy_options& opt) {
   auto p = std::make_unique<impl>();
   p->opt = opt;
+  try {
+    p->dev = torch::Device(opt.device.empty() ? std::string("cpu") : opt.device);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return error{"policy device '" + opt.device + "': " + what.substr(0, what.find('\n'))};
+  }
+  if (p->dev.is_cuda() && !torch::cuda::is_available())
+    return error{"policy device '" + opt.device + "': this LibTorch has no usable CUDA device"};
   if (!opt.checkpoint.empty()) {
     auto m = load_model_checkpoint(opt.checkpoint, &p->version);
     if (!m) return m.err();
@@ -44,6 +97,7 @@ expected<std::unique_ptr<model_policy>> model_policy::create(const model_policy_
     if (auto why = resolve(p->opt.model); !why.empty()) return error{"model: " + why};
     p->model = make_model(p->opt.model, opt.init_seed);
   }
+  p->model->to(p->dev);
   p->model->eval();
   if (!opt.sub_endpoint.empty()) {
     try {
@@ -64,9 +118,19 @@ expected<std::unique_ptr<model_policy>> model_policy::create(const model_policy_
 
 std::string model_policy::name() const { return p_->opt.name; }
 int64_t model_policy::version() const { return p_->version; }
-size_t model_policy::cached_sequences() const { return p_->caches.size(); }
+size_t model_policy::cached_sequences() const {
+  size_t n = 0;
+  for (const auto& [seq, r] : p_->rows) n += r.len > 0;
+  return n;
+}
 const model_config& model_policy::config() const { return p_->opt.model; }
-void model_policy::release(uint64_t seq_id) { p_->caches.erase(seq_id); }
+
+void model_policy::release(uint64_t seq_id) {
+  auto it = p_->rows.find(seq_id);
+  if (it == p_->rows.end()) return;
+  p_->free_rows.push_back(it->second.row);
+  p_->rows.erase(it);
+}
 
 bool model_policy::refresh() {
   auto& s = *p_;
@@ -95,7 +159,7 @@ bool model_policy::refresh() {
     return false;
   }
   s.version = newest->version;
-  s.caches.clear();
+  for (auto& [seq, r] : s.rows) r.len = 0; // computed with the old weights: re-read each context
   return true;
 }
 
@@ -104,81 +168,82 @@ void model_policy::step(std::vector<decode_slot>& batch, std::mt19937_64& rng) {
   if (batch.empty()) return;
   torch::NoGradGuard ng;
   const int64_t b = static_cast<int64_t>(batch.size());
-  const int64_t layers = s.opt.model.n_layers, heads = s.opt.model.n_heads;
-  const int64_t dh = s.opt.model.d_model / heads;
+  const int64_t layers = s.opt.model.n_layers;
   const int64_t pc = program_token_count();
-  std::vector<seq_cache*> cache(batch.size());
-  std::vector<int64_t> past(batch.size()), fresh(batch.size());
-  int64_t max_past = 0, max_new = 1;
+  std::vector<int64_t> row(batch.size()), past(batch.size()), fresh(batch.size());
+  int64_t max_past = 0, max_new = 1, max_len = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
-    auto& c = s.caches[batch[i].seq_id];
+    auto& c = s.row_of(batch[i].seq_id);
     const auto n = static_cast<int64_t>(batch[i].context->size());
-    if (c.len > n) c = seq_cache{}; // the context shrank: not the sequence we cached
-    if (c.len == n && n > 0) {
-      // Nothing new (a repeated step): re-feed the last token to get its distribution again.
-      for (auto& kv : c.kv) {
-        kv.k = kv.k.narrow(1, 0, c.len - 1);
-        kv.v = kv.v.narrow(1, 0, c.len - 1);
-      }
-      --c.len;
-    }
-    cache[i] = &c;
+    if (c.len > n) c.len = 0; // the context shrank: not the sequence we cached
+    if (c.len == n && n > 0) --c.len; // nothing new: re-feed the last token for its distribution
+    row[i] = c.row;
     past[i] = c.len;
     fresh[i] = n - c.len;
     max_past = std::max(max_past, past[i]);
     max_new = std::max(max_new, fresh[i]);
+    max_len = std::max(max_len, n);
     if (!s.warned_len && n > s.opt.model.max_len) {
       s.warned_len = true;
       spdlog::warn("model policy: context of {} tokens exceeds max_len {}", n, s.opt.model.max_len);
     }
   }
-  auto tokens = torch::zeros({b, max_new}, torch::kLong);
-  auto pos = torch::zeros({b, max_new}, torch::kLong);
-  auto mask = torch::zeros({b, 1, max_new, max_past + max_new}, torch::kBool);
+  s.reserve(static_cast<int64_t>(s.rows.size() + s.free_rows.size()), max_len);
+
+  // Host-side inputs (small), then one transfer each.
+  auto host_long = torch::TensorOptions().dtype(torch::kLong);
+  auto tokens = torch::zeros({b, max_new}, host_long);
+  auto pos = torch::zeros({b, max_new}, host_long);
+  std::vector<int64_t> dst_row, dst_time, src_seq, src_q; // where this step's K/V go
   {
     auto tok = tokens.accessor<int64_t, 2>();
     auto ps = pos.accessor<int64_t, 2>();
-    auto mk = mask.accessor<bool, 4>();
     for (int64_t i = 0; i < b; ++i) {
       const auto& ctx = *batch[static_cast<size_t>(i)].context;
       for (int64_t q = 0; q < max_new; ++q) {
-        if (q < fresh[i]) tok[i][q] = ctx[static_cast<size_t>(past[i] + q)];
+        if (q < fresh[i]) {
+          tok[i][q] = ctx[static_cast<size_t>(past[i] + q)];
+          dst_row.push_back(row[i]);
+          dst_time.push_back(past[i] + q);
+          src_seq.push_back(i);
+          src_q.push_back(q);
+        }
         ps[i][q] = past[i] + std::min(q, fresh[i] - 1);
-        for (int64_t j = 0; j < past[i]; ++j) mk[i][0][q][j] = true;
-        for (int64_t j = 0; j <= q && j < fresh[i]; ++j) mk[i][0][q][max_past + j] = true;
       }
     }
   }
+  auto to_dev = [&](const std::vector<int64_t>& v) { return torch::tensor(v, host_long).to(s.dev); };
+  auto rows_t = to_dev(row), past_t = to_dev(past), fresh_t = to_dev(fresh);
+  // Key j (past keys first, then this step's) is visible to query q when it is one of the
+  // sequence's cached tokens, or one of its new tokens at or before q.
+  auto dopt = torch::TensorOptions().dtype(torch::kLong).device(s.dev);
+  auto q_idx = torch::arange(max_new, dopt).view({1, max_new, 1});
+  auto j_idx = torch::arange(max_past + max_new, dopt).view({1, 1, max_past + max_new});
+  auto jn = j_idx - max_past;
+  auto mask = (j_idx < past_t.view({b, 1, 1}))
+                  .logical_or(jn.ge(0).logical_and(jn <= q_idx).logical_and(jn < fresh_t.view({b, 1, 1})))
+                  .unsqueeze(1);
   std::vector<kv_pair> past_kv;
-  if (max_past > 0) {
-    past_kv.resize(static_cast<size_t>(layers));
+  if (max_past > 0)
+    for (int64_t l = 0; l < layers; ++l)
+      past_kv.push_back({s.cache_k[static_cast<size_t>(l)].narrow(2, 0, max_past).index_select(0, rows_t),
+                         s.cache_v[static_cast<size_t>(l)].narrow(2, 0, max_past).index_select(0, rows_t)});
+  auto out = s.model->forward(tokens.to(s.dev), pos.to(s.dev), past_kv, mask, true);
+  auto logits = out.logits.index({torch::arange(b, dopt), fresh_t - 1}); // [B, V]
+  // Scatter this step's keys / values into their rows: [B, H, N, dh] -> [M, H, dh] at (row, time).
+  {
+    auto dr = to_dev(dst_row), dt = to_dev(dst_time), ss = to_dev(src_seq), sq = to_dev(src_q);
+    using torch::indexing::Slice;
     for (int64_t l = 0; l < layers; ++l) {
-      auto k = torch::zeros({b, heads, max_past, dh});
-      auto v = torch::zeros({b, heads, max_past, dh});
-      for (int64_t i = 0; i < b; ++i)
-        if (past[i] > 0) {
-          k[i].narrow(1, 0, past[i]).copy_(cache[static_cast<size_t>(i)]->kv[l].k);
-          v[i].narrow(1, 0, past[i]).copy_(cache[static_cast<size_t>(i)]->kv[l].v);
-        }
-      past_kv[static_cast<size_t>(l)] = {k, v};
+      const auto& f = out.fresh[static_cast<size_t>(l)];
+      auto k = f.k.permute({0, 2, 1, 3}).index({ss, sq}); // [M, H, dh]
+      auto v = f.v.permute({0, 2, 1, 3}).index({ss, sq});
+      s.cache_k[static_cast<size_t>(l)].index_put_({dr, Slice(), dt}, k);
+      s.cache_v[static_cast<size_t>(l)].index_put_({dr, Slice(), dt}, v);
     }
   }
-  auto out = s.model->forward(tokens, pos, past_kv, mask, true);
-  auto last = torch::tensor(std::vector<int64_t>(fresh.begin(), fresh.end()), torch::kLong) - 1;
-  auto logits = out.logits.index({torch::arange(b), last}); // [B, V]
-  // Extend each cache with this step's keys / values.
-  for (int64_t i = 0; i < b; ++i) {
-    auto& c = *cache[static_cast<size_t>(i)];
-    if (c.kv.empty()) c.kv.resize(static_cast<size_t>(layers));
-    for (int64_t l = 0; l < layers; ++l) {
-      auto k = out.fresh[static_cast<size_t>(l)].k[i].narrow(1, 0, fresh[i]);
-      auto v = out.fresh[static_cast<size_t>(l)].v[i].narrow(1, 0, fresh[i]);
-      auto& kv = c.kv[static_cast<size_t>(l)];
-      kv.k = kv.k.defined() && kv.k.size(1) > 0 ? torch::cat({kv.k, k}, 1) : k.contiguous();
-      kv.v = kv.v.defined() && kv.v.size(1) > 0 ? torch::cat({kv.v, v}, 1) : v.contiguous();
-    }
-    c.len += fresh[i];
-  }
+  for (int64_t i = 0; i < b; ++i) s.rows[batch[static_cast<size_t>(i)].seq_id].len += fresh[i];
+
   auto allowed = torch::zeros({b, pc}, torch::kUInt8);
   {
     auto* a = allowed.data_ptr<uint8_t>();
@@ -190,7 +255,9 @@ void model_policy::step(std::vector<decode_slot>& batch, std::mt19937_64& rng) {
     }
   }
   const double temp = s.opt.temperature;
-  auto logp = masked_log_softmax(logits, allowed, temp > 0 ? temp : 1.0).contiguous();
+  auto logp = masked_log_softmax(logits, allowed.to(s.dev), temp > 0 ? temp : 1.0)
+                  .to(torch::kCPU)
+                  .contiguous();
   auto* lp = logp.data_ptr<float>();
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   for (int64_t i = 0; i < b; ++i) {

@@ -1,7 +1,9 @@
-// The learner's transformer behind the token_policy interface, for policy servers.
-//   step(slots) --new context tokens + KV cache per seq_id--> batched forward --masked sampling-->
+// The learner's transformer behind the token_policy interface, for policy servers, on cpu or cuda.
+//   step(slots) --new context tokens + KV cache rows--> batched forward --masked sampling-->
 //   token, logprob per slot;  refresh() --weight_slot / ZeroMQ SUB--> newer weights swapped in
-// LibTorch stays behind the pimpl.
+// The KV cache is one row per live sequence in preallocated per-layer tensors on the device: a
+// decode step gathers the batch's rows once per layer and scatters the new keys / values back,
+// so a token costs O(1) cache writes however long its context. LibTorch stays behind the pimpl.
 #pragma once
 
 #include "data/expected.hpp"
@@ -24,6 +26,7 @@ struct model_policy_options {
   std::shared_ptr<weight_slot> slot; // in-process weights (kiln run)
   std::string sub_endpoint;          // or ZeroMQ SUB to the learner's PUB
   std::string name = "model";
+  std::string device = "cpu"; // cpu | cuda | cuda:N (weights load onto it, whatever wrote them)
 };
 
 class model_policy : public token_policy {
@@ -33,6 +36,8 @@ public:
 
   std::string name() const override;
   int64_t version() const override;
+  // Runs on the calling thread and, on cuda, waits for the device: serve it from a detached actor.
+  bool blocking() const override { return true; }
   // Every slot needs a context whose length grew since its last step (the sampled token, or a new
   // turn's observation and prompt tokens); a slot whose mask allows nothing gets token -1.
   void step(std::vector<decode_slot>& batch, std::mt19937_64& rng) override;
@@ -41,7 +46,7 @@ public:
   // old weights), so the next step re-reads each context under the new policy.
   bool refresh() override;
 
-  size_t cached_sequences() const;
+  size_t cached_sequences() const; // sequences with keys / values in the cache
   const model_config& config() const;
 
 private:

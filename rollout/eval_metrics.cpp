@@ -15,20 +15,26 @@ eval_summary summarize(const std::vector<eval_row>& rows) {
   eval_summary s;
   s.tasks = static_cast<int>(rows.size());
   if (rows.empty()) return s;
-  bool have_compile = true;
-  for (const auto& r : rows) have_compile = have_compile && r.compiled_ms.has_value();
   double log_eager = 0, log_compile = 0, turns = 0;
-  int correct = 0, faster_than_compile = 0;
+  int correct = 0, correct_with_compile = 0, faster_than_compile = 0;
   std::map<double, int> fe, fc;
   for (const auto& r : rows) {
     turns += r.turns;
+    s.compile_tasks += r.compiled_ms.has_value();
     if (!r.correct || r.kernel_ms <= 0) continue;
     ++correct;
+    s.beyond_roofline += r.beyond_roofline;
+    s.throttled += r.throttled;
+    if (r.sm_mhz > 0) {
+      s.sm_mhz_min = s.sm_mhz_min ? std::min(s.sm_mhz_min, r.sm_mhz) : r.sm_mhz;
+      s.sm_mhz_max = std::max(s.sm_mhz_max, r.sm_mhz);
+    }
     double se = r.eager_ms / r.kernel_ms;
     log_eager += std::log(se);
     for (double p : fast_p_thresholds())
       if (se > p) ++fe[p];
-    if (have_compile) {
+    if (r.compiled_ms) {
+      ++correct_with_compile;
       double sc = *r.compiled_ms / r.kernel_ms;
       log_compile += std::log(sc);
       if (sc > 1.0) ++faster_than_compile;
@@ -41,12 +47,13 @@ eval_summary summarize(const std::vector<eval_row>& rows) {
   s.mean_turns = turns / n;
   for (double p : fast_p_thresholds()) s.fast_eager[p] = fe[p] / n;
   s.geomean_eager = correct ? std::exp(log_eager / correct) : 0.0;
-  if (have_compile) {
+  if (s.compile_tasks > 0) {
+    double nc = static_cast<double>(s.compile_tasks);
     std::map<double, double> m;
-    for (double p : fast_p_thresholds()) m[p] = fc[p] / n;
+    for (double p : fast_p_thresholds()) m[p] = fc[p] / nc;
     s.fast_compile = m;
-    s.geomean_compile = correct ? std::exp(log_compile / correct) : 0.0;
-    s.share_faster_than_compile = faster_than_compile / n;
+    s.geomean_compile = correct_with_compile ? std::exp(log_compile / correct_with_compile) : 0.0;
+    s.share_faster_than_compile = faster_than_compile / nc;
   }
   return s;
 }
@@ -82,7 +89,12 @@ nlohmann::json to_json(const eval_summary& s) {
   j["share_faster_than_compile"] = s.share_faster_than_compile
                                        ? nlohmann::json(*s.share_faster_than_compile)
                                        : nlohmann::json("n/a");
+  j["compile_tasks"] = s.compile_tasks;
   j["mean_turns"] = s.mean_turns;
+  j["beyond_roofline"] = s.beyond_roofline;
+  j["throttled"] = s.throttled;
+  j["sm_mhz_min"] = s.sm_mhz_min;
+  j["sm_mhz_max"] = s.sm_mhz_max;
   return j;
 }
 
@@ -96,6 +108,10 @@ nlohmann::json to_json(const eval_row& r) {
   j["memory_bound"] = r.memory_bound;
   if (r.correct && r.kernel_ms > 0)
     j["achieved_gbps"] = static_cast<double>(r.bytes) / (r.kernel_ms * 1e6);
+  if (r.roofline_ms > 0) j["roofline_ms"] = r.roofline_ms;
+  if (r.beyond_roofline) j["beyond_roofline"] = true;
+  if (r.sm_mhz > 0) j["sm_mhz"] = r.sm_mhz;
+  if (r.throttled) j["throttled"] = true;
   if (!r.message.empty()) j["message"] = r.message;
   return j;
 }

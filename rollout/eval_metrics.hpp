@@ -26,6 +26,12 @@ struct eval_row {
   // memory-bound (no GEMM / convolution): achieved bandwidth = bytes / kernel time.
   int64_t bytes = 0;
   bool memory_bound = false;
+  // The timing's honesty signals: the bandwidth bound it was checked against (0: not checked),
+  // whether it beat half of it (re-verified, flagged), and the device clocks after the trials.
+  double roofline_ms = 0;
+  bool beyond_roofline = false;
+  int sm_mhz = 0;
+  bool throttled = false;
   std::string program;
   std::string message;
 };
@@ -37,11 +43,16 @@ struct eval_summary {
   int tasks = 0;
   double pass_rate = 0;                // fast_0: share correct
   std::map<double, double> fast_eager; // p -> share of ALL tasks correct and > p x faster
-  std::optional<std::map<double, double>> fast_compile; // absent without compile baselines
-  double geomean_eager = 0;                             // over correct tasks; 0 when none
+  // Compile metrics cover the tasks a baselines file has (compile_tasks of them: fast_p and the
+  // share faster are over those, the geomean over those correct); absent when none has one.
+  int compile_tasks = 0;
+  std::optional<std::map<double, double>> fast_compile;
+  double geomean_eager = 0; // over correct tasks; 0 when none
   std::optional<double> geomean_compile;
   std::optional<double> share_faster_than_compile;
   double mean_turns = 0;
+  int beyond_roofline = 0, throttled = 0; // correct tasks so flagged
+  int sm_mhz_min = 0, sm_mhz_max = 0;     // over correct tasks with readable clocks
 };
 
 eval_summary summarize(const std::vector<eval_row>& rows);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <caf/event_based_actor.hpp>
+#include <caf/spawn_options.hpp>
 #include <caf/stateful_actor.hpp>
 #include <chrono>
 #include <cmath>
@@ -253,7 +254,9 @@ caf::behavior policy_server(server_actor* self, std::shared_ptr<token_policy> po
 
 caf::actor spawn_policy_server(caf::actor_system& sys, std::unique_ptr<token_policy> policy,
                                const policy_server_config& cfg) {
-  return sys.spawn(policy_server, std::shared_ptr<token_policy>(std::move(policy)), cfg);
+  std::shared_ptr<token_policy> shared(std::move(policy));
+  if (shared->blocking()) return sys.spawn<caf::detached>(policy_server, std::move(shared), cfg);
+  return sys.spawn(policy_server, std::move(shared), cfg);
 }
 
 } // namespace kiln

@@ -42,6 +42,9 @@ public:
   // False for policies that never read slot.mask (a replayed program): the server then skips
   // building masks, which is most of its per-token cost for such policies.
   virtual bool uses_mask() const { return true; }
+  // True when step() does heavy compute or waits for a device: the policy server then gets its own
+  // thread (a detached actor) instead of holding one of the scheduler's.
+  virtual bool blocking() const { return false; }
 };
 
 } // namespace kiln

@@ -39,15 +39,43 @@ TEST_CASE("fast_p counts correct and faster over ALL tasks") {
   CHECK(j["fast_1_5_eager"].get<double>() == doctest::Approx(0.25));
 }
 
-TEST_CASE("compile metrics appear only when every task has a baseline") {
+TEST_CASE("compile metrics cover the tasks that have a baseline, and say how many") {
   std::vector<eval_row> rows = {row(true, 1, 2, 3.0), row(true, 2, 2, 1.0), row(false, 0, 2, 1.0)};
   auto s = summarize(rows);
+  CHECK(s.compile_tasks == 3);
   REQUIRE(s.fast_compile.has_value());
   CHECK(s.fast_compile->at(1.0) == doctest::Approx(1.0 / 3)); // 3x faster; 0.5x is not
   CHECK(*s.share_faster_than_compile == doctest::Approx(1.0 / 3));
   CHECK(*s.geomean_compile == doctest::Approx(std::sqrt(3.0 * 0.5)));
+  // A task without a baseline counts for eager metrics only: compile ones keep their 3 tasks.
   rows.push_back(row(true, 1, 1));
-  CHECK_FALSE(summarize(rows).fast_compile.has_value());
+  auto t = summarize(rows);
+  CHECK(t.tasks == 4);
+  CHECK(t.compile_tasks == 3);
+  CHECK(t.fast_compile->at(1.0) == doctest::Approx(1.0 / 3));
+  CHECK(*t.geomean_compile == doctest::Approx(std::sqrt(3.0 * 0.5)));
+  CHECK(to_json(t)["compile_tasks"] == 3);
+  // None with a baseline: "n/a", never a guess.
+  CHECK_FALSE(summarize({row(true, 1, 1), row(true, 1, 2)}).fast_compile.has_value());
+}
+
+TEST_CASE("honesty signals: roofline flags, throttled timings and the clock range are counted") {
+  auto a = row(true, 1, 2);
+  a.beyond_roofline = true;
+  a.sm_mhz = 1980;
+  auto b = row(true, 1, 2);
+  b.throttled = true;
+  b.sm_mhz = 1755;
+  auto c = row(false, 0, 2);
+  c.beyond_roofline = true; // a failed task's timing flags are not counted
+  auto s = summarize({a, b, c});
+  CHECK(s.beyond_roofline == 1);
+  CHECK(s.throttled == 1);
+  CHECK(s.sm_mhz_min == 1755);
+  CHECK(s.sm_mhz_max == 1980);
+  auto j = to_json(a);
+  CHECK(j["beyond_roofline"] == true);
+  CHECK(j["sm_mhz"] == 1980);
 }
 
 TEST_CASE("no correct tasks: zeros, not NaN") {
