@@ -2,6 +2,7 @@
 //   decode: trajectory frames (~600 tokens, 3 turns) through the intake's decode path, one core
 //   prepare: grammar-mask replay of a 3-turn trajectory (the learner's per-trajectory CPU work)
 //   update: PPO update tokens/s (forward + backward + Adam) on batches of typical trajectories
+//   policy: decode tokens/s of the policy model (batched KV-cache steps) at several batch sizes
 //   async vs sync: wall clock for the same number of updates with a concurrent producer
 //   --learn: the smoke-check learning run on the proxy reward (learner/smoke.hpp; not the pool)
 #include "actors/commands.hpp"
@@ -186,6 +187,43 @@ nlohmann::json timed_run(const std::vector<task>& tasks, const std::vector<proxy
           {"trajectories_trained", (*l)->trajectories_trained()}};
 }
 
+// Decode throughput of the policy server's model: `batch` sequences with prompts of `prompt`
+// tokens each take decode steps together (every step one token per sequence, all program tokens
+// allowed), as the policy server runs them; the first steps (prefill) are not counted.
+nlohmann::json policy_decode(const bench_args& args, int batch, int prompt, int steps) {
+  model_policy_options po;
+  po.model = bench_learner_config(args).model;
+  po.device = args.device;
+  auto pol = model_policy::create(po);
+  if (!pol) return {{"error", pol.message()}};
+  std::mt19937_64 rng(args.seed);
+  std::vector<std::vector<int32_t>> ctx(static_cast<size_t>(batch));
+  for (auto& c : ctx)
+    for (int i = 0; i < prompt; ++i) c.push_back(static_cast<int32_t>(rng() % vocab_size()));
+  std::vector<uint8_t> all(static_cast<size_t>(program_token_count()), 1);
+  std::vector<decode_slot> slots(static_cast<size_t>(batch));
+  auto run = [&](int n) {
+    for (int s = 0; s < n; ++s) {
+      for (size_t i = 0; i < slots.size(); ++i) {
+        slots[i].seq_id = i;
+        slots[i].context = &ctx[i];
+        slots[i].mask = &all;
+      }
+      (*pol)->step(slots, rng);
+      for (size_t i = 0; i < slots.size(); ++i) ctx[i].push_back(slots[i].token);
+    }
+  };
+  run(2); // prefill and warm-up
+  auto t0 = clock_type::now();
+  run(steps);
+  double secs = since(t0);
+  return {{"batch", batch},
+          {"prompt_tokens", prompt},
+          {"steps", steps},
+          {"tokens_per_s", batch * steps / secs},
+          {"step_ms", 1e3 * secs / steps}};
+}
+
 nlohmann::json learn_run(const std::vector<task>& tasks, const std::vector<proxy_task>& pts,
                          const bench_args& args) {
   learner_config cfg = bench_learner_config(args);
@@ -353,7 +391,20 @@ int cmd_bench_learner(const common_args& common, const bench_args& args) {
                  out["update_model_tokens_per_s"].get<double>(), threads);
   }
 
-  // 3. Async (eta = 1) vs sync (eta = 0): same number of updates, producer on its own thread.
+  // 3. Policy decode: what one policy server's model writes per second.
+  {
+    spdlog::set_level(spdlog::level::warn);
+    auto rows = nlohmann::json::array();
+    for (int b : {1, 16, 256}) rows.push_back(policy_decode(args, b, 128, b >= 256 ? 16 : 32));
+    spdlog::set_level(level);
+    out["policy_decode"] = rows;
+    for (const auto& r : rows)
+      if (r.contains("tokens_per_s"))
+        spdlog::info("policy decode: batch {:>3}: {:.0f} tokens/s ({:.2f} ms per step)",
+                     r["batch"].get<int>(), r["tokens_per_s"].get<double>(), r["step_ms"].get<double>());
+  }
+
+  // 4. Async (eta = 1) vs sync (eta = 0): same number of updates, producer on its own thread.
   if (args.updates > 0) {
     spdlog::set_level(spdlog::level::warn);
     auto sync = timed_run(set.tasks, pts, 0, args);

@@ -22,7 +22,7 @@ expected<run_config> read_run_config(config_reader& r) {
   c.eval_max_tasks = r.integer("eval.max_tasks", 0, 0);
   c.eval_seed = static_cast<uint64_t>(r.integer("eval.seed", 1, 0));
   c.cache_dir = r.path("pool.cache_dir", "");
-  c.devices = static_cast<int>(r.integer("pool.devices", 1, 1, 1024));
+  c.devices = static_cast<int>(r.integer("pool.devices", 1, 0, 1024)); // cuda: 0 = every GPU
   c.first_device = static_cast<int>(r.integer("pool.first_device", 0, 0, 1023));
   c.compile_workers = static_cast<int>(r.integer("pool.compile_workers", 2, 1, 1024));
   c.baselines = r.path("pool.baselines", "");

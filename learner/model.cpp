@@ -73,11 +73,14 @@ namespace {
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
   if (!x.is_cpu() || x.scalar_type() != torch::kFloat || !at::hasMKLDNN())
     return torch::linear(x, w, b);
-  const int64_t in = x.size(-1), out = w.size(0), t = x.numel() / in, g = 16;
+  const int64_t in = x.size(-1), out = w.size(0), t = x.numel() / in;
   // oneDNN builds (JITs) a primitive per input shape, which costs more than the convolution
   // itself when every batch has a new length: rows go through in blocks of a fixed shape
-  // (1024 rows; up to 256 rows, multiples of 16 for decode steps).
-  const int64_t block = t > 256 ? 1024 : (t + g - 1) / g * g;
+  // (1024 rows; up to 256 rows, multiples of 16 for decode steps). Rows are grouped g to an
+  // image, 16 or more images a block: LibTorch sends smaller single-threaded 1x1 convolutions
+  // to its slow im2col path (netlib GEMM again) instead of oneDNN.
+  const int64_t block = t > 256 ? 1024 : (t + 15) / 16 * 16;
+  const int64_t g = block / 16 < 16 ? block / 16 : 16;
   const int64_t tp = (t + block - 1) / block * block;
   auto flat = x.reshape({t, in});
   if (tp != t) flat = torch::constant_pad_nd(flat, {0, 0, 0, tp - t});
