@@ -1,6 +1,7 @@
 #include "actors/actor_system_setup.hpp"
 
 #include <caf/atom.hpp>
+#include <caf/io/middleman.hpp>
 #include <thread>
 
 namespace kiln {
@@ -12,6 +13,7 @@ int configure_actor_system(caf::actor_system_config& cfg, const actor_settings& 
   cfg.set("scheduler.policy",
           s.policy == "stealing" ? caf::atom("stealing") : caf::atom("sharing"));
   cfg.set("logger.console", caf::atom("none"));
+  if (s.middleman) cfg.load<caf::io::middleman>();
   return threads;
 }
 

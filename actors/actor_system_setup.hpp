@@ -11,6 +11,7 @@ namespace kiln {
 struct actor_settings {
   int threads = 0;                // 0 = hardware cores
   std::string policy = "sharing"; // 'sharing' | 'stealing'
+  bool middleman = false;         // load caf::io (kiln node, remote pools)
 };
 
 // Fills `cfg` with the settings (scheduler.max-threads, scheduler.policy); returns the threads

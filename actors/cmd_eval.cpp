@@ -55,9 +55,14 @@ int cmd_eval(const common_args& common, const eval_args& args) {
     warn_if_other_device(&*baselines, *cfg);
   }
   caf::actor_system_config sys_cfg;
-  configure_actor_system(sys_cfg, {common.threads, "sharing"});
+  configure_actor_system(sys_cfg, {common.threads, "sharing", !args.remote.empty()});
   caf::actor_system sys{sys_cfg};
-  pool_handle pool(sys, *cfg);
+  auto pool_actor = make_pool_actor(sys, *cfg, args.remote, !args.no_local);
+  if (!pool_actor) {
+    spdlog::error("{}", pool_actor.message());
+    return 2;
+  }
+  pool_handle pool(sys, *pool_actor, cfg->backend);
 
   std::string suite_name;
   for (const auto& s : args.suites) suite_name += (suite_name.empty() ? "" : " ") + s;

@@ -67,9 +67,12 @@ expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args
   if (!pool_cfg) return error{cfg.origin + ": " + pool_cfg.message()};
   warn_if_other_device(baselines, *pool_cfg);
   caf::actor_system_config sys_cfg;
-  configure_actor_system(sys_cfg, {common.threads > 0 ? common.threads : cfg.threads, "sharing"});
+  configure_actor_system(sys_cfg, {common.threads > 0 ? common.threads : cfg.threads, "sharing",
+                                   !cfg.remote.empty()});
   caf::actor_system sys{sys_cfg};
-  pool_handle pool(sys, *pool_cfg);
+  auto pool_actor = make_pool_actor(sys, *pool_cfg, cfg.remote, cfg.local_pool);
+  if (!pool_actor) return error{cfg.origin + ": [pool]: " + pool_actor.message()};
+  pool_handle pool(sys, *pool_actor, pool_cfg->backend);
   spdlog::info("evaluating {} policies on {} tasks through the pool", policies.size(),
                set.tasks.size());
   nlohmann::json all = nlohmann::json::array(), overall = nlohmann::json::object();

@@ -49,6 +49,20 @@ int cmd_synth(const common_args& common, const synth_args& args);
 struct executor_args;
 int executor_main(const executor_args& args);
 
+// `kiln node`: this machine's pool, published for `kiln run` / `kiln eval` on other machines
+// (actors/cmd_node.cpp).
+struct node_args {
+  std::string backend = "cpu";
+  int devices = 1; // cuda: 0 = every GPU from first_device
+  int first_device = 0;
+  int compile_workers = 2;
+  std::string cache_dir;
+  std::string bind = "127.0.0.1"; // CAF's BASP has no authentication: loopback or a trusted net
+  int port = 4710;                // 0: any free port (printed)
+  double stats_s = 30;            // seconds between stats lines
+};
+int cmd_node(const common_args& common, const node_args& args);
+
 struct eval_args {
   std::vector<std::string> policies = {"expert"};
   std::vector<std::string> suites;
@@ -61,6 +75,8 @@ struct eval_args {
   int parallel = 3; // tasks in flight (compiles overlap device work)
   int64_t max_tasks = 0;
   std::string baselines; // torch.compile baselines file (rollout/baselines.hpp)
+  std::vector<std::string> remote; // pools of `kiln node`s (HOST:PORT), beside or instead of ours
+  bool no_local = false;           // with remote: no pool in this process
 };
 int cmd_eval(const common_args& common, const eval_args& args);
 

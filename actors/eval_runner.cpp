@@ -82,6 +82,36 @@ expected<pool_config> make_pool_config(const std::string& backend, const std::st
   return cfg;
 }
 
+expected<caf::actor> make_pool_actor(caf::actor_system& sys, const pool_config& cfg,
+                                     const std::vector<std::string>& remote, bool local) {
+  if (remote.empty()) {
+    if (!local) return error{"no pool: local is off and no remote pool is given"};
+    return spawn_device_pool(sys, cfg);
+  }
+  std::vector<pool_member> members;
+  for (const auto& addr : remote) {
+    auto m = connect_pool(sys, addr);
+    if (!m) return m.err();
+    if (m->backend != to_string(cfg.backend))
+      return error{"pool node " + addr + " serves the " + m->backend + " backend, this run uses " +
+                   to_string(cfg.backend) + ": their timings do not mix"};
+    spdlog::info("pool node {}: {} device{} ({})", addr, m->devices, m->devices == 1 ? "" : "s",
+                 m->device_name);
+    members.push_back(std::move(*m));
+  }
+  if (local) {
+    pool_member m;
+    m.pool = spawn_device_pool(sys, cfg);
+    m.name = "local";
+    m.devices = cfg.devices;
+    m.local = true;
+    m.backend = to_string(cfg.backend);
+    m.device_name = cfg.device_name;
+    members.insert(members.begin(), std::move(m));
+  }
+  return spawn_pool_router(sys, std::move(members));
+}
+
 void warn_if_other_device(const compile_baselines* b, const pool_config& pool) {
   static std::once_flag once;
   if (!b) return;

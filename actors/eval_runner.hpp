@@ -5,6 +5,7 @@
 #include "data/expected.hpp"
 #include "data/task_spec.hpp"
 #include "gpu_pool/device_pool.hpp"
+#include "gpu_pool/pool_router.hpp"
 #include "rollout/baselines.hpp"
 #include "rollout/eval_metrics.hpp"
 
@@ -21,6 +22,12 @@ std::string default_cache_dir();
 // cuda: GPUs first_device .. first_device + devices - 1 (devices 0: every GPU from first_device).
 expected<pool_config> make_pool_config(const std::string& backend, const std::string& cache_dir,
                                        int devices, int compile_workers, int first_device = 0);
+
+// The pool a run or an evaluation sends its jobs to: this process's pool alone, or this process's
+// pool (unless `local` is false) and the pools of `kiln node`s at `remote` (HOST:PORT) behind a
+// router. Remote pools must serve the same backend. `sys` needs the middleman when remote is set.
+expected<caf::actor> make_pool_actor(caf::actor_system& sys, const pool_config& cfg,
+                                     const std::vector<std::string>& remote, bool local = true);
 
 // Warns (once per process) when the baselines were measured on another kind of device than the
 // pool's: compile speedups would then compare two machines.

@@ -3,6 +3,7 @@
 #include "gpu_pool/executor.hpp"
 
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 int main(int argc, char** argv) {
@@ -65,6 +66,27 @@ int main(int argc, char** argv) {
   ev->add_option("--max-tasks", eval.max_tasks, "evaluate only the first N tasks (0 = all)");
   ev->add_option("--baselines", eval.baselines,
                  "torch.compile baselines file (tools/torch_baselines.py): compile metrics");
+  ev->add_option("--remote", eval.remote, "a pool published by `kiln node` (HOST:PORT, repeatable)");
+  ev->add_flag("--no-local", eval.no_local, "with --remote: evaluate on remote pools only");
+
+  kiln::node_args node;
+  auto* nd = app.add_subcommand(
+      "node", "publish this machine's pool for kiln run / kiln eval elsewhere (until Ctrl-C)");
+  nd->add_option("--backend", node.backend, "cpu or cuda")->capture_default_str();
+  nd->add_option("--devices", node.devices, "device actors (cuda: GPUs, 0 = all)")
+      ->capture_default_str();
+  nd->add_option("--first-device", node.first_device, "cuda: the first GPU")->capture_default_str();
+  nd->add_option("--compile-workers", node.compile_workers, "parallel compiles")
+      ->capture_default_str();
+  nd->add_option("--cache-dir", node.cache_dir, "kernel cache (default ~/.cache/kiln)");
+  nd->add_option("--bind", node.bind,
+                 "address to listen on (no authentication: loopback or a trusted network)")
+      ->capture_default_str();
+  nd->add_option("--port", node.port, "TCP port (0: any free one, printed)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  nd->add_option("--stats-every", node.stats_s, "seconds between stats lines")
+      ->capture_default_str();
 
   kiln::report_args report;
   auto* rep = app.add_subcommand(
@@ -163,12 +185,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // Logs go to stderr: stdout carries results (tables, summaries, --json objects) for pipes.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("kiln"));
   spdlog::set_level(spdlog::level::from_str(common.log_level));
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
   if (*run_cmd) return kiln::cmd_run(common, run);
   if (*val) return kiln::cmd_tasks_validate(common, validate);
   if (*syn) return kiln::cmd_synth(common, synth);
   if (*ev) return kiln::cmd_eval(common, eval);
+  if (*nd) return kiln::cmd_node(common, node);
   if (*rep) return kiln::cmd_report(common, report);
   if (*be) {
     if (bench.suites.empty() && bench.what != "learner")

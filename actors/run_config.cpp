@@ -26,6 +26,8 @@ expected<run_config> read_run_config(config_reader& r) {
   c.first_device = static_cast<int>(r.integer("pool.first_device", 0, 0, 1023));
   c.compile_workers = static_cast<int>(r.integer("pool.compile_workers", 2, 1, 1024));
   c.baselines = r.path("pool.baselines", "");
+  c.remote = r.strings("pool.remote", {});
+  c.local_pool = r.boolean("pool.local", true);
   c.learner.seed = c.seed;
   c.learner.backend = c.backend;
   read_learner_config(r, c.learner);
@@ -43,6 +45,8 @@ expected<run_config> read_run_config(config_reader& r) {
   if (c.suites.empty())
     return error{c.origin + ": key 'tasks.suites': at least one suite path is required"};
   if (c.name.empty()) return error{c.origin + ": key 'run.name': must not be empty"};
+  if (!c.local_pool && c.remote.empty())
+    return error{c.origin + ": key 'pool.local': false needs pool.remote (some pool must run jobs)"};
   return c;
 }
 

@@ -127,21 +127,30 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   }
 
   caf::actor_system_config sc;
-  configure_actor_system(sc, {threads, "sharing"});
+  configure_actor_system(sc, {threads, "sharing", !cfg.remote.empty()});
   register_rollout_messages(sc);
   caf::actor_system sys{sc};
+  // First: a remote pool that cannot be reached fails the run before anything else starts.
+  auto pool_actor = make_pool_actor(sys, *pcfg, cfg.remote, cfg.local_pool);
+  if (!pool_actor) return error{"[pool]: " + pool_actor.message()};
+  auto pool = *pool_actor;
   sink_config skc;
   skc.endpoint = endpoint;
   skc.bind = !hosted; // the hosted learner binds its PULL; without one, trajectories wait here
   caf::actor sink;
   if (hosted) {
+    // The pool lives already: end it on the way out, or the actor system waits for it forever.
+    auto fail = [&](std::string why) {
+      caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+      if (sink) caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
+      return error{std::move(why)};
+    };
     auto s = spawn_trajectory_sink(sys, skc);
-    if (!s.error.empty()) return error{"trajectory sink: " + s.error};
+    if (!s.error.empty()) return fail("trajectory sink: " + s.error);
     sink = s.actor;
     learn->on_metrics([&last_lag](const update_metrics& m) { last_lag = m.lag_mean; });
-    if (auto st = learn->start(); !st) return error{"learner: " + st.message()};
+    if (auto st = learn->start(); !st) return fail("learner: " + st.message());
   }
-  auto pool = spawn_device_pool(sys, *pcfg);
   policy_server_config psc;
   psc.seed = cfg.seed;
   auto server = spawn_policy_server(sys, std::move(policy), psc);

@@ -1,6 +1,6 @@
 #include "gpu_pool/device_clocks.hpp"
 
-#include <cstdio>
+#include <cstdlib>
 #include <dlfcn.h>
 #include <fstream>
 #include <sched.h>

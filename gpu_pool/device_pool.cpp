@@ -275,6 +275,8 @@ caf::behavior device_pool(pool_actor* self, pool_config cfg) {
         auto& st = self->state;
         nlohmann::json j;
         double wall = ms_since(st.start);
+        j["backend"] = to_string(st.cfg.backend);
+        j["device_name"] = st.cfg.device_name;
         j["requests"] = st.requests;
         j["outcomes"] = st.outcomes;
         j["cache_hits"] = st.cache_hits;
@@ -306,6 +308,9 @@ caf::actor spawn_device_pool(caf::actor_system& sys, const pool_config& cfg) {
 
 pool_handle::pool_handle(caf::actor_system& sys, const pool_config& cfg)
     : sys_(sys), pool_(spawn_device_pool(sys, cfg)), backend_(cfg.backend) {}
+
+pool_handle::pool_handle(caf::actor_system& sys, caf::actor pool, backend_kind backend)
+    : sys_(sys), pool_(std::move(pool)), backend_(backend) {}
 
 pool_handle::~pool_handle() { caf::anon_send_exit(pool_, caf::exit_reason::user_shutdown); }
 

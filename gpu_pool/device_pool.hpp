@@ -47,6 +47,8 @@ caf::actor spawn_device_pool(caf::actor_system& sys, const pool_config& cfg);
 class pool_handle {
 public:
   pool_handle(caf::actor_system& sys, const pool_config& cfg);
+  // An existing pool or router (gpu_pool/pool_router.hpp); ended with the handle.
+  pool_handle(caf::actor_system& sys, caf::actor pool, backend_kind backend);
   ~pool_handle();
   pool_handle(const pool_handle&) = delete;
   pool_handle& operator=(const pool_handle&) = delete;

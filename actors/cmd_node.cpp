@@ -1,0 +1,108 @@
+// kiln node: this machine's pool (compile workers, device actors, sandboxed executors) published
+// over CAF's middleman, so that `kiln run` and `kiln eval` on other machines spread their jobs
+// over it ([pool] remote / --remote). It serves until Ctrl-C or SIGTERM, with a stats line now and
+// then. CAF's BASP has no authentication: bind to loopback (the default) or a trusted network.
+//   kiln run --(evaluate job, program)--> middleman ==> this node's pool --> outcome back
+#include "actors/actor_system_setup.hpp"
+#include "actors/commands.hpp"
+#include "actors/eval_runner.hpp"
+#include "gpu_pool/device_pool.hpp"
+
+#include <atomic>
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+namespace kiln {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_stop_signal(int) { g_stop = true; }
+
+// "12 requests, 11 correct 1 wrong; busy 87%"
+std::string stats_line(const std::string& json) {
+  auto j = nlohmann::json::parse(json, nullptr, false);
+  if (!j.is_object()) return "stats unavailable";
+  std::string out = std::to_string(j.value("requests", int64_t{0})) + " requests";
+  if (j.contains("outcomes") && j["outcomes"].is_object()) {
+    std::string kinds;
+    for (auto& [k, v] : j["outcomes"].items())
+      kinds += (kinds.empty() ? "" : " ") + std::to_string(v.get<int64_t>()) + " " + k;
+    if (!kinds.empty()) out += ", " + kinds;
+  }
+  if (j.contains("devices") && j["devices"].is_array() && !j["devices"].empty()) {
+    double busy = 0;
+    for (const auto& d : j["devices"]) busy += d.value("busy_share", 0.0);
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "; busy %.0f%%", 100 * busy / j["devices"].size());
+    out += buf;
+  }
+  return out;
+}
+
+std::string ask_stats(caf::actor_system& sys, const caf::actor& pool) {
+  caf::scoped_actor self{sys};
+  std::string out;
+  self->request(pool, std::chrono::seconds(10), stats_atom::value)
+      .receive([&](std::string& s) { out = std::move(s); }, [&](caf::error&) {});
+  return out;
+}
+
+} // namespace
+
+int cmd_node(const common_args& common, const node_args& args) {
+  int threads = configure_threads(common.threads);
+  auto cfg = make_pool_config(args.backend,
+                              args.cache_dir.empty() ? default_cache_dir() : args.cache_dir,
+                              args.devices, args.compile_workers, args.first_device);
+  if (!cfg) {
+    spdlog::error("kiln node: {}", cfg.message());
+    return 2;
+  }
+  caf::actor_system_config sc;
+  configure_actor_system(sc, {threads, "sharing", true});
+  caf::actor_system sys{sc};
+  auto pool = spawn_device_pool(sys, *cfg);
+  auto port = sys.middleman().publish(pool, static_cast<uint16_t>(args.port), args.bind.c_str(),
+                                      true);
+  if (!port) {
+    spdlog::error("kiln node: cannot listen on {}:{}: {}", args.bind, args.port,
+                  sys.render(port.error()));
+    caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+    return 2;
+  }
+  if (args.bind != "127.0.0.1" && args.bind != "localhost" && args.bind != "::1")
+    spdlog::warn("kiln node: listening on {}: CAF's protocol has no authentication, so anyone who "
+                 "reaches this port can run jobs here; use it on a trusted network only",
+                 args.bind);
+  // One line on stdout that scripts can read the address from.
+  std::printf("kiln node: %s pool, %d device%s (%s), published at %s:%u\n",
+              to_string(cfg->backend), cfg->devices, cfg->devices == 1 ? "" : "s",
+              cfg->device_name.c_str(), args.bind.c_str(), static_cast<unsigned>(*port));
+  std::fflush(stdout);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  auto last = std::chrono::steady_clock::now();
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (args.stats_s > 0 &&
+        std::chrono::steady_clock::now() - last > std::chrono::duration<double>(args.stats_s)) {
+      last = std::chrono::steady_clock::now();
+      spdlog::info("kiln node: {}", stats_line(ask_stats(sys, pool)));
+    }
+  }
+  (void)sys.middleman().unpublish(pool, *port);
+  std::printf("kiln node: stopped; %s\n", stats_line(ask_stats(sys, pool)).c_str());
+  std::fflush(stdout);
+  caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+  return 0;
+}
+
+} // namespace kiln

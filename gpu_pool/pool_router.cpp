@@ -1,0 +1,274 @@
+#include "gpu_pool/pool_router.hpp"
+
+#include "gpu_pool/device_pool.hpp"
+#include "gpu_pool/job.hpp"
+
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/stateful_actor.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <memory>
+
+namespace kiln {
+
+namespace {
+
+// A job the router owes an answer: settled once, by the member's reply or, when the member went
+// down first, by the retry on another member (the late reply or error is then ignored).
+struct pending_job {
+  std::string job, program;
+  caf::typed_response_promise<std::string> rp;
+  bool settled = false;
+};
+using pending_ptr = std::shared_ptr<pending_job>;
+
+struct member_state {
+  pool_member m;
+  std::vector<pending_ptr> in_flight;
+  int64_t routed = 0;
+  bool up = true;
+};
+
+struct router_state {
+  std::vector<member_state> members;
+  int64_t retries = 0, failed = 0;
+  static inline const char* name = "kiln.pool_router";
+};
+using router_actor = caf::stateful_actor<router_state>;
+
+// A job's whole life in a member pool (queue included) is bounded by the episode's own deadline;
+// this only keeps a lost reply from pinning a promise forever (CAF 0.17 durations: no hours).
+constexpr auto member_timeout = std::chrono::seconds(3600);
+
+// The up member with the fewest jobs in flight per device.
+int pick(const router_state& st) {
+  int best = -1;
+  double best_load = 0;
+  for (size_t i = 0; i < st.members.size(); ++i) {
+    const auto& m = st.members[i];
+    if (!m.up) continue;
+    double load = (static_cast<double>(m.in_flight.size()) + 1.0) / std::max(1, m.m.devices);
+    if (best < 0 || load < best_load) {
+      best = static_cast<int>(i);
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+std::string failure(const std::string& job_bytes, const std::string& why) {
+  auto j = decode_job(job_bytes);
+  outcome o = j ? make_outcome(*j, outcome_kind::runtime_error, why) : outcome{};
+  o.kind = outcome_kind::runtime_error;
+  o.message = why;
+  return encode(o);
+}
+
+void drop(member_state& m, const pending_ptr& p) {
+  auto it = std::find(m.in_flight.begin(), m.in_flight.end(), p);
+  if (it != m.in_flight.end()) m.in_flight.erase(it);
+}
+
+void forward(router_actor* self, pending_ptr p);
+
+// The member is gone (its node died, the connection broke): its jobs are idempotent, so each one
+// still owed an answer goes to another member.
+void member_lost(router_actor* self, size_t i, const std::string& why) {
+  auto& m = self->state.members[i];
+  if (!m.up) return;
+  m.up = false;
+  spdlog::warn("pool router: pool {} lost ({}); {} jobs in flight go to the others", m.m.name, why,
+               m.in_flight.size());
+  auto owed = std::move(m.in_flight);
+  m.in_flight.clear();
+  for (auto& p : owed)
+    if (!p->settled) {
+      ++self->state.retries;
+      forward(self, p);
+    }
+}
+
+void forward(router_actor* self, pending_ptr p) {
+  auto& st = self->state;
+  int i = pick(st);
+  if (i < 0) {
+    ++st.failed;
+    p->settled = true;
+    p->rp.deliver(failure(p->job, "pool router: no pool is up"));
+    return;
+  }
+  auto& m = st.members[static_cast<size_t>(i)];
+  m.in_flight.push_back(p);
+  ++m.routed;
+  self->request(m.m.pool, member_timeout, evaluate_atom::value, p->job, p->program)
+      .then(
+          [=](std::string& reply) {
+            drop(self->state.members[static_cast<size_t>(i)], p);
+            if (p->settled) return;
+            p->settled = true;
+            p->rp.deliver(std::move(reply));
+          },
+          [=](caf::error& err) {
+            auto& me = self->state.members[static_cast<size_t>(i)];
+            drop(me, p);
+            if (p->settled) return; // already retried when the member went down
+            if (err == caf::sec::request_timeout) {
+              ++self->state.failed;
+              p->settled = true;
+              p->rp.deliver(failure(p->job, "pool " + me.m.name + " did not answer within an hour"));
+              return;
+            }
+            if (me.up) {
+              me.in_flight.push_back(p); // member_lost retries everything it still holds
+              member_lost(self, static_cast<size_t>(i), self->system().render(err));
+            } else {
+              ++self->state.retries;
+              forward(self, p);
+            }
+          });
+}
+
+// Sums counters, concatenates device rows (each tagged with its node), keeps the largest wall.
+void merge_stats(nlohmann::json& into, const nlohmann::json& part, const std::string& node) {
+  for (const char* k : {"requests", "cache_hits", "cache_misses"})
+    into[k] = into.value(k, int64_t{0}) + part.value(k, int64_t{0});
+  if (part.contains("outcomes") && part["outcomes"].is_object())
+    for (auto& [k, v] : part["outcomes"].items())
+      if (v.is_number()) into["outcomes"][k] = into["outcomes"].value(k, int64_t{0}) + v.get<int64_t>();
+  into["wall_ms"] = std::max(into.value("wall_ms", 0.0), part.value("wall_ms", 0.0));
+  into["compile_ms_p50"] = std::max(into.value("compile_ms_p50", 0.0), part.value("compile_ms_p50", 0.0));
+  if (part.contains("devices") && part["devices"].is_array())
+    for (auto d : part["devices"]) {
+      d["node"] = node;
+      into["devices"].push_back(d);
+    }
+}
+
+caf::behavior pool_router(router_actor* self, std::vector<pool_member> members) {
+  for (auto& m : members) {
+    if (m.local)
+      self->link_to(m.pool);
+    else
+      self->monitor(m.pool);
+    member_state ms;
+    ms.m = std::move(m);
+    self->state.members.push_back(std::move(ms));
+  }
+  self->set_down_handler([=](caf::down_msg& dm) {
+    for (size_t i = 0; i < self->state.members.size(); ++i)
+      if (self->state.members[i].m.pool.address() == dm.source)
+        member_lost(self, i, self->system().render(dm.reason));
+  });
+  return {
+      [=](evaluate_atom, std::string& job, std::string& program) {
+        auto p = std::make_shared<pending_job>();
+        p->job = std::move(job);
+        p->program = std::move(program);
+        p->rp = self->make_response_promise<std::string>();
+        forward(self, p);
+        return p->rp;
+      },
+      [=](stats_atom) {
+        auto rp = self->make_response_promise<std::string>();
+        struct gather {
+          int left = 0;
+          nlohmann::json merged;
+        };
+        auto g = std::make_shared<gather>();
+        g->merged = {{"devices", nlohmann::json::array()}, {"outcomes", nlohmann::json::object()}};
+        auto nodes = nlohmann::json::array();
+        for (const auto& m : self->state.members)
+          nodes.push_back({{"name", m.m.name},
+                           {"backend", m.m.backend},
+                           {"device_name", m.m.device_name},
+                           {"devices", m.m.devices},
+                           {"routed", m.routed},
+                           {"in_flight", m.in_flight.size()},
+                           {"up", m.up}});
+        g->merged["nodes"] = nodes;
+        g->merged["retries"] = self->state.retries;
+        g->merged["failed"] = self->state.failed;
+        auto finish = [=]() mutable {
+          auto& j = g->merged;
+          int64_t hits = j.value("cache_hits", int64_t{0}), misses = j.value("cache_misses", int64_t{0});
+          j["cache_hit_rate"] = hits + misses ? double(hits) / double(hits + misses) : 0.0;
+          rp.deliver(j.dump());
+        };
+        for (const auto& m : self->state.members) g->left += m.up;
+        if (g->left == 0) {
+          finish();
+          return rp;
+        }
+        for (const auto& m : self->state.members) {
+          if (!m.up) continue;
+          std::string name = m.m.name;
+          self->request(m.m.pool, std::chrono::seconds(10), stats_atom::value)
+              .then(
+                  [=](std::string& s) mutable {
+                    auto part = nlohmann::json::parse(s, nullptr, false);
+                    if (part.is_object()) merge_stats(g->merged, part, name);
+                    if (--g->left == 0) finish();
+                  },
+                  [=](caf::error&) mutable {
+                    if (--g->left == 0) finish();
+                  });
+        }
+        return rp;
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_pool_router(caf::actor_system& sys, std::vector<pool_member> members) {
+  return sys.spawn(pool_router, std::move(members));
+}
+
+status describe_member(caf::actor_system& sys, pool_member& m, std::chrono::seconds timeout) {
+  caf::scoped_actor self{sys};
+  status result = ok();
+  self->request(m.pool, timeout, stats_atom::value)
+      .receive(
+          [&](std::string& s) {
+            auto j = nlohmann::json::parse(s, nullptr, false);
+            if (!j.is_object() || !j.contains("devices") || !j["devices"].is_array()) {
+              result = error{"pool " + m.name + ": its stats are not a pool's"};
+              return;
+            }
+            m.backend = j.value("backend", std::string());
+            m.device_name = j.value("device_name", std::string());
+            m.devices = std::max<int>(1, static_cast<int>(j["devices"].size()));
+          },
+          [&](caf::error& e) { result = error{"pool " + m.name + ": " + sys.render(e)}; });
+  return result;
+}
+
+expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& host_port,
+                                   std::chrono::seconds timeout) {
+  auto colon = host_port.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == host_port.size())
+    return error{"pool node '" + host_port + "': expected HOST:PORT"};
+  std::string host = host_port.substr(0, colon);
+  long port = 0;
+  try {
+    size_t used = 0;
+    port = std::stol(host_port.substr(colon + 1), &used);
+    if (used != host_port.size() - colon - 1) port = 0;
+  } catch (...) {
+    port = 0;
+  }
+  if (port < 1 || port > 65535) return error{"pool node '" + host_port + "': bad port"};
+  auto a = sys.middleman().remote_actor(host, static_cast<uint16_t>(port));
+  if (!a) return error{"pool node " + host_port + ": cannot connect: " + sys.render(a.error())};
+  pool_member m;
+  m.pool = *a;
+  m.name = host_port;
+  if (auto st = describe_member(sys, m, timeout); !st) return st.err();
+  return m;
+}
+
+} // namespace kiln
