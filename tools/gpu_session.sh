@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Kiln's checks on a GPU machine, step by step; each step's log and JSON land in $OUT (default
+# ./gpu-out), with one line per step (name, exit code, seconds) in $OUT/steps.tsv, and all of it in
+# $OUT/results.tgz at the end. A step that fails does not stop the others. On the lent device
+# machine:
+#   source .dev/setup.sh && bash tools/gpu_session.sh build gpu_tests bench_learner
+# Steps: build (kiln only) | build_tests (kiln + gpu tests) | gpu_tests | bench_learner |
+#        validate | baselines | baselines_only | eval | run | bench_pool
+# KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_BASELINES names a baselines file
+# for eval and run (default: the one the baselines step wrote).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-$PWD/gpu-out}"
+mkdir -p "$out"
+bin=build-gpu/kiln
+gpu_suites=(data/suites/level1/gpu data/suites/level2/gpu data/suites/level3/gpu)
+limit="${KILN_STEP_TIMEOUT:-540}"
+
+configure() {
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_TESTS=ON
+}
+
+step_build() { configure && cmake --build build-gpu --target kiln; }
+step_build_tests() {
+  configure && cmake --build build-gpu --target kiln kiln_cuda_executor_test \
+    kiln_reference_cuda_test kiln_learner_cuda_test
+}
+step_gpu_tests() { (cd build-gpu && ctest -L gpu --output-on-failure --timeout 400); }
+step_bench_learner() {
+  "$bin" bench learner --device cuda --updates 10 --json > "$out/bench_learner_cuda.json" &&
+    "$bin" bench learner --device cuda --d-model 512 --layers 6 --heads 8 --updates 0 --json \
+      > "$out/bench_learner_cuda_512x6.json" &&
+    "$bin" --threads 8 bench learner --device cpu --updates 6 --json > "$out/bench_learner_cpu8.json"
+}
+step_validate() {
+  "$bin" tasks validate "${gpu_suites[@]}" --device cuda --digest 256 \
+    --json "$out/validate_gpu_digest.jsonl"
+}
+step_baselines() {
+  local v=()
+  [ -s "$out/validate_gpu_digest.jsonl" ] && v=(--validated "$out/validate_gpu_digest.jsonl")
+  python3 tools/torch_baselines.py --device cuda --kiln "$bin" "${v[@]}" \
+    $(printf -- '--suite %s ' "${gpu_suites[@]}") --jobs "${KILN_BASELINE_JOBS:-6}" \
+    --time-cap-ms "${KILN_BASELINE_CAP_MS:-1000}" \
+    --out "$out/baselines_h200.json" --report "$out/baselines_h200.report.json"
+}
+# Tasks named in KILN_BASELINE_ONLY, one at a time (e.g. those a parallel run lost to CUDA OOM),
+# merged with the file KILN_BASELINES names into $out/baselines_h200.json.
+step_baselines_only() {
+  python3 tools/torch_baselines.py --device cuda --kiln "$bin" --jobs 1 \
+    $(printf -- '--suite %s ' "${gpu_suites[@]}") $(printf -- '--only %s ' $KILN_BASELINE_ONLY) \
+    --time-cap-ms "${KILN_BASELINE_CAP_MS:-1000}" --out "$out/baselines_only.json" \
+    --report "$out/baselines_only.report.json"
+  python3 -c '
+import json, sys
+base, extra, out = (json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3])
+base["tasks"].update(extra["tasks"])
+json.dump(base, open(out, "w"), indent=1)
+print(len(base["tasks"]), "tasks in", out)' "$KILN_BASELINES" "$out/baselines_only.json" "$out/baselines_h200.json"
+}
+# Made by the baselines step, or given; absolute, since run configs resolve paths from their folder.
+baselines="$(realpath -m "${KILN_BASELINES:-$out/baselines_h200.json}")"
+step_eval() {
+  local b=()
+  [ -s "$out/baselines_h200.json" ] && baselines="$out/baselines_h200.json"
+  [ -s "$baselines" ] && b=(--baselines "$baselines")
+  "$bin" eval --backend cuda --policy expert $(printf -- '--suite %s ' "${gpu_suites[@]}") \
+    --parallel 3 --compile-workers 12 "${b[@]}" --json "$out/eval_cuda_expert_h200.json"
+}
+step_run() {
+  local b=()
+  [ -s "$out/baselines_h200.json" ] && baselines="$out/baselines_h200.json"
+  [ -s "$baselines" ] && b=(--set "pool.baselines=\"$baselines\"")
+  "$bin" run configs/cuda.toml --set "run.out_dir=\"$out/runs\"" "${b[@]}" ${KILN_RUN_SET:-}
+}
+step_bench_pool() {
+  "$bin" bench pool --backend cuda --suite data/suites/level1/gpu --compile-workers 12 --json \
+    > "$out/bench_pool_cuda.json"
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit \
+  --format=csv > "$out/gpu.csv" 2>&1 || true
+for s in "$@"; do
+  if ! declare -F "step_$s" > /dev/null; then
+    echo "gpu_session: unknown step '$s'" | tee -a "$out/steps.tsv"
+    continue
+  fi
+  t0=$(date +%s)
+  timeout "$limit" bash -c "$(declare -f configure "step_$s"); $(declare -p bin out gpu_suites baselines); step_$s" \
+    > "$out/$s.log" 2>&1
+  rc=$?
+  printf '%s\t%d\t%d\n' "$s" "$rc" "$(($(date +%s) - t0))" | tee -a "$out/steps.tsv"
+  tail -n 5 "$out/$s.log"
+done
+# The device tool brings back a handful of files per call: one archive holds them all.
+tar czf "/tmp/kiln-gpu-results.tgz" --exclude='*.pt' -C "$out" . &&
+  mv /tmp/kiln-gpu-results.tgz "$out/results.tgz" && echo "gpu_session: $out/results.tgz"
