@@ -1,8 +1,11 @@
 // kiln eval: policies x suite through the pool (codegen -> compile -> verify -> time) with an eager
-// baseline per task measured by the same executor; metrics per level and overall, as JSON.
+// baseline per task measured by the same executor; metrics per level and overall, as JSON. With
+// --samples k or --turns T the programs come from episodes (actors/eval_episodes.hpp).
 #include "actors/actor_system_setup.hpp"
 #include "actors/commands.hpp"
+#include "actors/eval_episodes.hpp"
 #include "actors/eval_runner.hpp"
+#include "actors/messages.hpp"
 #include "data/task_set.hpp"
 
 #include <caf/actor_system.hpp>
@@ -56,6 +59,7 @@ int cmd_eval(const common_args& common, const eval_args& args) {
   }
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, {common.threads, "sharing", !args.remote.empty()});
+  register_rollout_messages(sys_cfg);
   caf::actor_system sys{sys_cfg};
   auto pool_actor = make_pool_actor(sys, *cfg, args.remote, !args.no_local);
   if (!pool_actor) {
@@ -68,10 +72,32 @@ int cmd_eval(const common_args& common, const eval_args& args) {
   for (const auto& s : args.suites) suite_name += (suite_name.empty() ? "" : " ") + s;
   nlohmann::json out = nlohmann::json::array();
   auto t_start = std::chrono::steady_clock::now();
+  const bool episodes = args.samples > 1 || args.turns > 1;
+  episode_eval_options eo;
+  eo.samples = args.samples;
+  eo.turns = args.turns;
+  eo.seed = args.seed;
+  eo.parallel = args.parallel;
+  eo.temperature = args.temperature;
   for (const auto& p : policies) {
-    auto rows = evaluate_policy(pool, set.tasks, p, args.seed, args.parallel,
-                                baselines ? &*baselines : nullptr);
+    std::vector<eval_row> rows;
+    if (episodes) {
+      auto r = evaluate_policy_episodes(sys, *pool_actor, cfg->backend, set.tasks, p, eo,
+                                        baselines ? &*baselines : nullptr);
+      if (!r) {
+        spdlog::error("{}: {}", p.name, r.message());
+        return 1;
+      }
+      rows = std::move(*r);
+    } else {
+      rows = evaluate_policy(pool, set.tasks, p, args.seed, args.parallel,
+                             baselines ? &*baselines : nullptr);
+    }
     out.push_back(summary_json(p.name, suite_name, args.backend, rows));
+    if (episodes) {
+      out.back()["samples"] = args.samples;
+      out.back()["turns"] = args.turns;
+    }
     print_summary(out.back());
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();

@@ -77,6 +77,9 @@ struct eval_args {
   std::string baselines; // torch.compile baselines file (rollout/baselines.hpp)
   std::vector<std::string> remote; // pools of `kiln node`s (HOST:PORT), beside or instead of ours
   bool no_local = false;           // with remote: no pool in this process
+  int samples = 1;                 // episodes per task (pass@k); > 1 or turns > 1: via episodes
+  int turns = 1;                   // turns per episode (outcomes fed back as observations)
+  double temperature = -1;         // checkpoints: < 0 = greedy for 1 sample, 1.0 for more
 };
 int cmd_eval(const common_args& common, const eval_args& args);
 

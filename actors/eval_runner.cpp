@@ -206,11 +206,7 @@ expected<program> checkpoint_program(const task& t, const policy_spec& p) {
 }
 
 eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, uint64_t seed) {
-  eval_row r;
-  r.task = t.name;
-  r.level = t.level;
-  r.bytes = compulsory_bytes(t);
-  r.memory_bound = is_memory_bound(t);
+  eval_row r = task_row(t);
   auto base = pool.run(make_job(t, job_kind::baseline));
   if (base.kind != outcome_kind::correct || !base.time) {
     r.outcome = "baseline_failed";
@@ -250,6 +246,15 @@ eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, u
 }
 
 } // namespace
+
+eval_row task_row(const task& t) {
+  eval_row r;
+  r.task = t.name;
+  r.level = t.level;
+  r.bytes = compulsory_bytes(t);
+  r.memory_bound = is_memory_bound(t);
+  return r;
+}
 
 std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>& tasks,
                                       const policy_spec& p, uint64_t seed, int parallel,

@@ -41,6 +41,9 @@ struct policy_spec {
 // "expert", "random" or an existing checkpoint file; an error naming what else was given.
 expected<policy_spec> parse_policy(const std::string& name);
 
+// A row with what the task alone decides: name, level, compulsory bytes, memory-bound or not.
+eval_row task_row(const task& t);
+
 // Evaluates every task with `parallel` requests in flight; logs one line per task as it finishes.
 // `baselines` (may be null) fills each row's torch.compile time where the file has the task.
 std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>& tasks,

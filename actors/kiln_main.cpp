@@ -68,6 +68,17 @@ int main(int argc, char** argv) {
                  "torch.compile baselines file (tools/torch_baselines.py): compile metrics");
   ev->add_option("--remote", eval.remote, "a pool published by `kiln node` (HOST:PORT, repeatable)");
   ev->add_flag("--no-local", eval.no_local, "with --remote: evaluate on remote pools only");
+  ev->add_option("--samples", eval.samples,
+                 "episodes per task: a task counts as correct if any is (pass@k), its time is "
+                 "the fastest correct one's")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  ev->add_option("--turns", eval.turns,
+                 "turns per episode: each outcome is fed back before the next program")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  ev->add_option("--temperature", eval.temperature,
+                 "checkpoint sampling temperature (default: greedy for 1 sample, 1 for more)");
 
   kiln::node_args node;
   auto* nd = app.add_subcommand(

@@ -37,11 +37,12 @@ struct coordinator_state {
   double reward_sum = 0, policy_ms = 0, pool_ms = 0, sink_ms = 0, total_ms = 0;
   double queue_ms = 0, compile_ms = 0, device_ms = 0, baseline_ms = 0;
   int64_t baselines = 0, errors = 0;
+  nlohmann::json episode_rows = nlohmann::json::array(); // keep_episodes only
   static inline const char* name = "kiln.coordinator";
 };
 using coordinator_actor = caf::stateful_actor<coordinator_state>;
 
-nlohmann::json summary(coordinator_actor* self) {
+nlohmann::json summary(coordinator_actor* self, bool final_rows = false) {
   auto& st = self->state;
   double secs = st.started ? std::chrono::duration<double>(clock_type::now() - st.t0).count() : 0.0;
   int64_t ended = 0;
@@ -72,13 +73,20 @@ nlohmann::json summary(coordinator_actor* self) {
                   {"pool", st.pool_ms / n},        {"sink", st.sink_ms / n},
                   {"pool_queue", st.queue_ms / n}, {"compile", st.compile_ms / n},
                   {"device", st.device_ms / n}};
+  if (final_rows && st.cfg.keep_episodes) {
+    j["episode_rows"] = st.episode_rows;
+    nlohmann::json eager = nlohmann::json::object();
+    for (const auto& t : st.tasks)
+      if (t->eager_ms) eager[t->spec.name] = *t->eager_ms;
+    j["eager_ms"] = eager;
+  }
   return j;
 }
 
 void check_done(coordinator_actor* self) {
   auto& st = self->state;
   if (!st.adm->all_done() || st.waiters.empty()) return;
-  auto s = summary(self).dump();
+  auto s = summary(self, true).dump();
   for (auto& w : st.waiters) w.deliver(s);
   st.waiters.clear();
 }
@@ -197,6 +205,15 @@ caf::behavior coordinator(coordinator_actor* self, std::vector<std::shared_ptr<r
         st.queue_ms += s.queue_ms;
         st.compile_ms += s.compile_ms;
         st.device_ms += s.device_ms;
+        if (st.cfg.keep_episodes)
+          st.episode_rows.push_back({{"episode", s.episode},
+                                     {"task", s.task},
+                                     {"status", to_string(static_cast<episode_status>(s.status))},
+                                     {"reward", s.reward},
+                                     {"turns", s.turns},
+                                     {"best_kernel_ms", s.best_kernel_ms},
+                                     {"first_correct_turn", s.first_correct_turn},
+                                     {"error", s.error}});
         st.adm->finished(s.handed_on);
         admit(self);
       },

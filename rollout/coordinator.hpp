@@ -23,6 +23,10 @@ struct coordinator_config {
   bool measure_baselines = true; // false: tasks keep the eager_ms they came with
   std::chrono::milliseconds baseline_timeout{600'000};
   uint64_t first_episode_id = 1;
+  // Evaluation: the summary also lists every episode ("episode_rows": task, status, reward,
+  // turns, best_kernel_ms, first_correct_turn, error) and each task's eager baseline
+  // ("eager_ms": {task: ms}).
+  bool keep_episodes = false;
 };
 
 // Messages:

@@ -95,6 +95,12 @@ void done(episode_actor* self, bool handed_on, double sink_ms) {
   s.compile_ms = st.traj.timings.compile_ms;
   s.device_ms = st.traj.timings.device_ms;
   s.error = st.error;
+  for (size_t i = 0; i < st.traj.turns.size(); ++i) {
+    const auto& t = st.traj.turns[i];
+    if (t.outcome != "correct" || t.run_ms <= 0) continue;
+    if (s.first_correct_turn < 0) s.first_correct_turn = static_cast<int32_t>(i);
+    if (s.best_kernel_ms <= 0 || t.run_ms < s.best_kernel_ms) s.best_kernel_ms = t.run_ms;
+  }
   if (st.a.peers.coordinator)
     self->send(st.a.peers.coordinator, episode_done_atom::value, std::move(s));
   if (st.a.peers.policy_server) self->send(st.a.peers.policy_server, release_atom::value, st.a.id);

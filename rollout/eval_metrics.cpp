@@ -58,6 +58,30 @@ eval_summary summarize(const std::vector<eval_row>& rows) {
   return s;
 }
 
+eval_row best_of_samples(eval_row base, const std::vector<sample_result>& samples) {
+  eval_row r = std::move(base);
+  r.samples = static_cast<int>(samples.size());
+  r.correct = false;
+  r.kernel_ms = 0;
+  r.turns = 0;
+  const sample_result* best = nullptr;
+  for (const auto& s : samples) {
+    r.turns = std::max(r.turns, s.turns);
+    if (s.correct && s.best_kernel_ms > 0 && (!best || s.best_kernel_ms < best->best_kernel_ms))
+      best = &s;
+  }
+  if (best) {
+    r.correct = true;
+    r.kernel_ms = best->best_kernel_ms;
+    r.turns = best->first_correct_turn + 1;
+    r.outcome = "correct";
+  } else if (!samples.empty()) {
+    r.outcome = samples.front().outcome;
+    r.message = samples.front().message;
+  }
+  return r;
+}
+
 namespace {
 
 std::string p_key(double p) {
@@ -102,6 +126,7 @@ nlohmann::json to_json(const eval_row& r) {
   nlohmann::json j = {{"task", r.task},       {"level", r.level},         {"outcome", r.outcome},
                       {"correct", r.correct}, {"kernel_ms", r.kernel_ms}, {"eager_ms", r.eager_ms},
                       {"turns", r.turns},     {"program", r.program}};
+  if (r.samples != 1) j["samples"] = r.samples;
   j["compiled_ms"] = r.compiled_ms ? nlohmann::json(*r.compiled_ms) : nlohmann::json("n/a");
   j["speedup_eager"] = r.correct && r.kernel_ms > 0 ? r.eager_ms / r.kernel_ms : 0.0;
   j["bytes"] = r.bytes;

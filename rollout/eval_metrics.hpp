@@ -21,7 +21,8 @@ struct eval_row {
   double kernel_ms = 0;              // median; 0 when not correct
   double eager_ms = 0;               // eager baseline median, measured by the same executor
   std::optional<double> compiled_ms; // torch.compile baseline from a baselines file, if any
-  int turns = 1;
+  int turns = 1;   // turns used: up to the first correct one (all turns run when none was)
+  int samples = 1; // episodes sampled for the task (pass@k: correct if any is)
   // Compulsory traffic (inputs + params + outputs, once each) and whether every op is
   // memory-bound (no GEMM / convolution): achieved bandwidth = bytes / kernel time.
   int64_t bytes = 0;
@@ -56,6 +57,21 @@ struct eval_summary {
 };
 
 eval_summary summarize(const std::vector<eval_row>& rows);
+
+// One sampled episode of a task as evaluation sees it.
+struct sample_result {
+  bool correct = false; // some turn was correct
+  double best_kernel_ms = 0;
+  int first_correct_turn = -1; // 0-based
+  int turns = 0;               // turns the episode ran
+  std::string outcome;         // the episode's status, for failed rows
+  std::string message;
+};
+
+// k samples of one task -> its row (task, level, eager / compile baselines, bytes come in `base`):
+// correct if any sample is, the fastest correct sample's kernel time, turns used = that sample's
+// first correct turn + 1 (the most turns any sample ran when none was correct).
+eval_row best_of_samples(eval_row base, const std::vector<sample_result>& samples);
 
 // {"tasks", "pass_rate", "fast_1_eager", "fast_1_compile", "geomean_eager", "geomean_compile",
 // ...}; compile-based keys are the string "n/a" without baselines, never a guess.

@@ -78,6 +78,29 @@ TEST_CASE("honesty signals: roofline flags, throttled timings and the clock rang
   CHECK(j["sm_mhz"] == 1980);
 }
 
+TEST_CASE("k samples of a task: correct if any is, the fastest correct one's time and turns") {
+  eval_row base;
+  base.task = "t";
+  base.eager_ms = 4;
+  sample_result wrong{false, 0, -1, 3, "truncated", "3 turns, none correct"};
+  sample_result slow{true, 2.0, 0, 1, "completed", ""};
+  sample_result fast{true, 1.0, 2, 3, "truncated", ""};
+  auto r = best_of_samples(base, {wrong, slow, fast});
+  CHECK(r.correct);
+  CHECK(r.samples == 3);
+  CHECK(r.kernel_ms == 1.0); // the fastest correct sample ...
+  CHECK(r.turns == 3);       // ... found on its third turn
+  CHECK(r.eager_ms == 4);
+  auto none = best_of_samples(base, {wrong, wrong});
+  CHECK_FALSE(none.correct);
+  CHECK(none.kernel_ms == 0);
+  CHECK(none.turns == 3);
+  CHECK(none.outcome == "truncated");
+  CHECK(summarize({r, none}).pass_rate == doctest::Approx(0.5));
+  CHECK(summarize({r, none}).mean_turns == doctest::Approx(3.0));
+  CHECK(to_json(r)["samples"] == 3);
+}
+
 TEST_CASE("no correct tasks: zeros, not NaN") {
   auto s = summarize({row(false, 0, 1), row(false, 0, 1)});
   CHECK(s.pass_rate == 0);
