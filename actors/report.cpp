@@ -161,27 +161,35 @@ std::string line_chart(const metric_series& s) {
   return o.str();
 }
 
-// log2(speedup vs eager) of the correct tasks, in half-octave bins from 1/32x to 32x.
-std::string speedup_histogram(const json& eval) {
+// log2(speedup) of the correct tasks against eager or torch.compile (the tasks with a compile
+// baseline), in half-octave bins from 1/32x to 32x; empty when no task has that baseline.
+std::string speedup_histogram(const json& eval, bool vs_compile) {
   std::vector<int> bins(20, 0);
   int count = 0;
   const json tasks = eval.value("tasks", json::array());
   for (const auto& r : tasks) {
     if (!r.value("correct", false)) continue;
     double sp = r.value("speedup_eager", 0.0);
+    if (vs_compile) {
+      const double kernel = r.value("kernel_ms", 0.0);
+      sp = r.contains("compiled_ms") && r["compiled_ms"].is_number() && kernel > 0
+               ? r["compiled_ms"].get<double>() / kernel
+               : 0.0;
+    }
     if (sp <= 0) continue;
     int bin = static_cast<int>(std::floor((std::log2(sp) + 5) * 2));
     ++bins[std::clamp(bin, 0, 19)];
     ++count;
   }
-  if (count == 0) return "<p class=\"note\">no correct tasks</p>";
+  if (count == 0) return vs_compile ? std::string() : "<p class=\"note\">no correct tasks</p>";
   int top = *std::max_element(bins.begin(), bins.end());
   const double w = 420, h = 150, l = 10, b = 24, t = 20;
   double bw = (w - 2 * l) / 20;
   std::ostringstream o;
   o << "<svg class=\"chart\" viewBox=\"0 0 " << w << " " << h << "\" width=\"" << w
     << "\" height=\"" << h << "\"><text x=\"" << l << "\" y=\"14\" class=\"ct\">"
-    << esc(eval.value("policy", std::string("?"))) << ": speedup vs eager, " << count
+    << esc(eval.value("policy", std::string("?"))) << ": speedup vs "
+    << (vs_compile ? "torch.compile" : "eager") << ", " << count
     << " correct tasks</text>";
   for (int i = 0; i < 20; ++i) {
     double bh = (h - t - b) * bins[i] / top;
@@ -351,7 +359,8 @@ std::string render_html(const std::vector<report_source>& sources) {
     for (const auto& e : s.evals) {
       o << "<h3>Evaluation: " << esc(e.value("policy", std::string("?"))) << " on "
         << esc(e.value("backend", std::string("?"))) << "</h3>";
-      o << eval_table(e) << "<div class=\"charts\">" << speedup_histogram(e) << "</div>";
+      o << eval_table(e) << "<div class=\"charts\">" << speedup_histogram(e, false)
+        << speedup_histogram(e, true) << "</div>";
     }
   }
   o << "</body></html>\n";

@@ -3,6 +3,7 @@
 #include "actors/report.hpp"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 #include <filesystem>
 #include <fstream>
 
@@ -71,6 +72,20 @@ TEST_CASE("the page shows the numbers, escapes names and draws charts") {
   CHECK(html.find("n/a") != std::string::npos);
   CHECK(html.find("1 correct tasks") != std::string::npos);
   CHECK(html.find("<script") == std::string::npos); // self-contained, nothing to execute
+  // No task has a torch.compile baseline: no histogram against it.
+  CHECK(html.find("speedup vs torch.compile") == std::string::npos);
+}
+
+TEST_CASE("with compile baselines the page also draws the speedups against torch.compile") {
+  report_source src;
+  src.label = "eval.json";
+  src.evals = nlohmann::json::parse(R"([{"policy": "expert", "backend": "cuda",
+    "overall": {"tasks": 2}, "levels": {},
+    "tasks": [{"task": "a", "correct": true, "speedup_eager": 2, "kernel_ms": 1, "compiled_ms": 4},
+              {"task": "b", "correct": true, "speedup_eager": 1, "kernel_ms": 1, "compiled_ms": "n/a"}]}])");
+  auto html = render_html({src});
+  CHECK(html.find("expert: speedup vs eager, 2 correct tasks") != std::string::npos);
+  CHECK(html.find("expert: speedup vs torch.compile, 1 correct tasks") != std::string::npos);
 }
 
 TEST_CASE("markdown: one row per policy and level") {
