@@ -1124,6 +1124,20 @@ def main(argv):
         worker(0, conf, shards[0], handle, threading.Barrier(1), threading.Lock())
     else:
         run_pool(conf, shards, handle, rows)
+        # Large tasks can run out of device memory while the other workers hold their inputs:
+        # those get one more attempt, alone, in this process.
+        oom = [job for job in work
+               if "out of memory" in (str(rows[job["index"]].get("fidelity")) +
+                                      str(rows[job["index"]].get("timing_error", ""))).lower()]
+        if oom:
+            print(f"retrying {len(oom)} task(s) that ran out of device memory, one at a time",
+                  flush=True)
+            for job in oom:
+                for k in ("fidelity_margin", "compile_s", "compile_check", "eager", "compiled",
+                          "speedup", "timing_error", "traceback"):
+                    rows[job["index"]].pop(k, None)
+                rows[job["index"]]["fidelity"] = None
+            worker(0, conf, oom, handle, threading.Barrier(1), threading.Lock())
     write_outputs(args, rows, info, timing, kiln_s, time.perf_counter() - t_start, load_errors)
     bad = [r for r in rows if r["fidelity"] != "ok"]
     untimed = [r for r in rows if timing and r["fidelity"] == "ok" and "speedup" not in r]
