@@ -401,7 +401,8 @@ int cmd_bench_learner(const common_args& common, const bench_args& args) {
     for (const auto& r : rows)
       if (r.contains("tokens_per_s"))
         spdlog::info("policy decode: batch {:>3}: {:.0f} tokens/s ({:.2f} ms per step)",
-                     r["batch"].get<int>(), r["tokens_per_s"].get<double>(), r["step_ms"].get<double>());
+                     r["batch"].get<int>(), r["tokens_per_s"].get<double>(),
+                     r["step_ms"].get<double>());
   }
 
   // 4. Async (eta = 1) vs sync (eta = 0): same number of updates, producer on its own thread.

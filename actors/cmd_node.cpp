@@ -59,9 +59,9 @@ std::string ask_stats(caf::actor_system& sys, const caf::actor& pool) {
 
 int cmd_node(const common_args& common, const node_args& args) {
   int threads = configure_threads(common.threads);
-  auto cfg = make_pool_config(args.backend,
-                              args.cache_dir.empty() ? default_cache_dir() : args.cache_dir,
-                              args.devices, args.compile_workers, args.first_device);
+  auto cfg =
+      make_pool_config(args.backend, args.cache_dir.empty() ? default_cache_dir() : args.cache_dir,
+                       args.devices, args.compile_workers, args.first_device);
   if (!cfg) {
     spdlog::error("kiln node: {}", cfg.message());
     return 2;
@@ -70,8 +70,8 @@ int cmd_node(const common_args& common, const node_args& args) {
   configure_actor_system(sc, {threads, "sharing", true});
   caf::actor_system sys{sc};
   auto pool = spawn_device_pool(sys, *cfg);
-  auto port = sys.middleman().publish(pool, static_cast<uint16_t>(args.port), args.bind.c_str(),
-                                      true);
+  auto port =
+      sys.middleman().publish(pool, static_cast<uint16_t>(args.port), args.bind.c_str(), true);
   if (!port) {
     spdlog::error("kiln node: cannot listen on {}:{}: {}", args.bind, args.port,
                   sys.render(port.error()));
@@ -83,9 +83,9 @@ int cmd_node(const common_args& common, const node_args& args) {
                  "reaches this port can run jobs here; use it on a trusted network only",
                  args.bind);
   // One line on stdout that scripts can read the address from.
-  std::printf("kiln node: %s pool, %d device%s (%s), published at %s:%u\n",
-              to_string(cfg->backend), cfg->devices, cfg->devices == 1 ? "" : "s",
-              cfg->device_name.c_str(), args.bind.c_str(), static_cast<unsigned>(*port));
+  std::printf("kiln node: %s pool, %d device%s (%s), published at %s:%u\n", to_string(cfg->backend),
+              cfg->devices, cfg->devices == 1 ? "" : "s", cfg->device_name.c_str(),
+              args.bind.c_str(), static_cast<unsigned>(*port));
   std::fflush(stdout);
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);

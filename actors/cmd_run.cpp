@@ -67,8 +67,8 @@ expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args
   if (!pool_cfg) return error{cfg.origin + ": " + pool_cfg.message()};
   warn_if_other_device(baselines, *pool_cfg);
   caf::actor_system_config sys_cfg;
-  configure_actor_system(sys_cfg, {common.threads > 0 ? common.threads : cfg.threads, "sharing",
-                                   !cfg.remote.empty()});
+  configure_actor_system(
+      sys_cfg, {common.threads > 0 ? common.threads : cfg.threads, "sharing", !cfg.remote.empty()});
   caf::actor_system sys{sys_cfg};
   auto pool_actor = make_pool_actor(sys, *pool_cfg, cfg.remote, cfg.local_pool);
   if (!pool_actor) return error{cfg.origin + ": [pool]: " + pool_actor.message()};

@@ -74,7 +74,7 @@ struct eval_args {
   int compile_workers = 2;
   int parallel = 3; // tasks in flight (compiles overlap device work)
   int64_t max_tasks = 0;
-  std::string baselines; // torch.compile baselines file (rollout/baselines.hpp)
+  std::string baselines;           // torch.compile baselines file (rollout/baselines.hpp)
   std::vector<std::string> remote; // pools of `kiln node`s (HOST:PORT), beside or instead of ours
   bool no_local = false;           // with remote: no pool in this process
   int samples = 1;                 // episodes per task (pass@k); > 1 or turns > 1: via episodes
@@ -103,10 +103,10 @@ struct bench_args {
   int group = 4;                 // episodes per task group (cpu pool)
   std::string scheduler = "sharing"; // rollout: CAF scheduler policy, sharing | stealing
   // learner (actors/cmd_bench_learner.cpp)
-  bool learn = false; // the smoke-check learning run (proxy reward, see learner/smoke.hpp)
-  int seconds = 120;  // --learn: training time budget
-  int updates = 10;   // async vs sync: updates timed in each mode
-  std::string out;    // --learn: JSONL curve written here
+  bool learn = false;         // the smoke-check learning run (proxy reward, see learner/smoke.hpp)
+  int seconds = 120;          // --learn: training time budget
+  int updates = 10;           // async vs sync: updates timed in each mode
+  std::string out;            // --learn: JSONL curve written here
   std::string device = "cpu"; // learner and policy: cpu | cuda | cuda:N
   int d_model = 0, n_layers = 0, n_heads = 0; // model size (0: learner_config's default)
 };

@@ -34,13 +34,10 @@ expected<std::unique_ptr<token_policy>> make_policy(const policy_spec& p, backen
 
 } // namespace
 
-expected<std::vector<eval_row>> evaluate_policy_episodes(caf::actor_system& sys,
-                                                         const caf::actor& pool,
-                                                         backend_kind backend,
-                                                         const std::vector<task>& tasks,
-                                                         const policy_spec& p,
-                                                         const episode_eval_options& o,
-                                                         const compile_baselines* baselines) {
+expected<std::vector<eval_row>>
+evaluate_policy_episodes(caf::actor_system& sys, const caf::actor& pool, backend_kind backend,
+                         const std::vector<task>& tasks, const policy_spec& p,
+                         const episode_eval_options& o, const compile_baselines* baselines) {
   if (tasks.empty()) return std::vector<eval_row>{};
   auto policy = make_policy(p, backend, o);
   if (!policy) return policy.err();

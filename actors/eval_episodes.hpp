@@ -22,12 +22,9 @@ struct episode_eval_options {
 };
 
 // `sys` must have the rollout messages registered (actors/messages.hpp). Progress goes to the log.
-expected<std::vector<eval_row>> evaluate_policy_episodes(caf::actor_system& sys,
-                                                         const caf::actor& pool,
-                                                         backend_kind backend,
-                                                         const std::vector<task>& tasks,
-                                                         const policy_spec& p,
-                                                         const episode_eval_options& o,
-                                                         const compile_baselines* baselines);
+expected<std::vector<eval_row>>
+evaluate_policy_episodes(caf::actor_system& sys, const caf::actor& pool, backend_kind backend,
+                         const std::vector<task>& tasks, const policy_spec& p,
+                         const episode_eval_options& o, const compile_baselines* baselines);
 
 } // namespace kiln

@@ -314,16 +314,18 @@ void print_summary(const nlohmann::json& j) {
                 lj["tasks"].get<int>(), 100 * lj["pass_rate"].get<double>(),
                 100 * lj["fast_1_eager"].get<double>(), lj["geomean_eager"].get<double>());
     if (lj["geomean_compile"].is_number())
-      std::printf("  vs compile: fast_1 %.1f%%  geomean %.3fx", 100 * lj["fast_1_compile"].get<double>(),
-                  lj["geomean_compile"].get<double>());
+      std::printf("  vs compile: fast_1 %.1f%%  geomean %.3fx",
+                  100 * lj["fast_1_compile"].get<double>(), lj["geomean_compile"].get<double>());
     std::printf("\n");
   }
   // Timings an honest reader should look at twice.
   if (o.value("beyond_roofline", 0) > 0 || o.value("throttled", 0) > 0)
-    std::printf("  flagged: %d beyond the bandwidth roofline (re-verified), %d timed while throttled\n",
-                o.value("beyond_roofline", 0), o.value("throttled", 0));
+    std::printf(
+        "  flagged: %d beyond the bandwidth roofline (re-verified), %d timed while throttled\n",
+        o.value("beyond_roofline", 0), o.value("throttled", 0));
   if (o.value("sm_mhz_max", 0) > 0)
-    std::printf("  clocks after timing: %d-%d MHz\n", o.value("sm_mhz_min", 0), o.value("sm_mhz_max", 0));
+    std::printf("  clocks after timing: %d-%d MHz\n", o.value("sm_mhz_min", 0),
+                o.value("sm_mhz_max", 0));
   std::fflush(stdout);
 }
 

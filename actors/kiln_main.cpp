@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
   ev->add_option("--max-tasks", eval.max_tasks, "evaluate only the first N tasks (0 = all)");
   ev->add_option("--baselines", eval.baselines,
                  "torch.compile baselines file (tools/torch_baselines.py): compile metrics");
-  ev->add_option("--remote", eval.remote, "a pool published by `kiln node` (HOST:PORT, repeatable)");
+  ev->add_option("--remote", eval.remote,
+                 "a pool published by `kiln node` (HOST:PORT, repeatable)");
   ev->add_flag("--no-local", eval.no_local, "with --remote: evaluate on remote pools only");
   ev->add_option("--samples", eval.samples,
                  "episodes per task: a task counts as correct if any is (pass@k), its time is "
@@ -139,7 +140,8 @@ int main(int argc, char** argv) {
   be->add_option("--updates", bench.updates, "learner: updates timed in async and sync mode")
       ->capture_default_str();
   be->add_option("--out", bench.out, "learner --learn: write the curve (JSONL) here");
-  be->add_option("--device", bench.device, "learner: where the learner and policy run (cpu, cuda[:N])")
+  be->add_option("--device", bench.device,
+                 "learner: where the learner and policy run (cpu, cuda[:N])")
       ->capture_default_str();
   be->add_option("--d-model", bench.d_model, "learner: model width (0 = the default, 128)");
   be->add_option("--layers", bench.n_layers, "learner: transformer layers (0 = the default, 2)");

@@ -82,7 +82,7 @@ struct episode_summary {
   double total_ms = 0, policy_ms = 0, pool_ms = 0, sink_ms = 0;
   double queue_ms = 0, compile_ms = 0, device_ms = 0; // from the pool's outcomes
   std::string error;                                  // why it failed / aborted, empty otherwise
-  double best_kernel_ms = 0;      // fastest correct turn's kernel median; 0: none correct
+  double best_kernel_ms = 0;       // fastest correct turn's kernel median; 0: none correct
   int32_t first_correct_turn = -1; // 0-based; -1: none correct
 };
 

@@ -189,8 +189,7 @@ std::string speedup_histogram(const json& eval, bool vs_compile) {
   o << "<svg class=\"chart\" viewBox=\"0 0 " << w << " " << h << "\" width=\"" << w
     << "\" height=\"" << h << "\"><text x=\"" << l << "\" y=\"14\" class=\"ct\">"
     << esc(eval.value("policy", std::string("?"))) << ": speedup vs "
-    << (vs_compile ? "torch.compile" : "eager") << ", " << count
-    << " correct tasks</text>";
+    << (vs_compile ? "torch.compile" : "eager") << ", " << count << " correct tasks</text>";
   for (int i = 0; i < 20; ++i) {
     double bh = (h - t - b) * bins[i] / top;
     bool faster = i >= 10;

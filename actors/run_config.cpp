@@ -46,7 +46,8 @@ expected<run_config> read_run_config(config_reader& r) {
     return error{c.origin + ": key 'tasks.suites': at least one suite path is required"};
   if (c.name.empty()) return error{c.origin + ": key 'run.name': must not be empty"};
   if (!c.local_pool && c.remote.empty())
-    return error{c.origin + ": key 'pool.local': false needs pool.remote (some pool must run jobs)"};
+    return error{c.origin +
+                 ": key 'pool.local': false needs pool.remote (some pool must run jobs)"};
   return c;
 }
 

@@ -35,8 +35,9 @@ struct run_config {
   int first_device = 0; // cuda: the pool's GPUs start here (the learner / policy may use others)
   int compile_workers = 2;
   std::string baselines; // torch.compile baselines file: reward tier 3 and compile metrics
-  std::vector<std::string> remote; // pools of `kiln node`s (HOST:PORT) used beside / instead of ours
-  bool local_pool = true;          // false (with remote): no pool in this process
+  std::vector<std::string>
+      remote;             // pools of `kiln node`s (HOST:PORT) used beside / instead of ours
+  bool local_pool = true; // false (with remote): no pool in this process
   // [learner], [learner.model], [learner.ppo] (learner/learner_config.hpp)
   learner_config learner;
   // [rollout]: training episodes after validation (0: none). policy "model" hosts the learner

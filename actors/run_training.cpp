@@ -69,7 +69,9 @@ int cuda_index(const std::string& device) {
 // them) depend on what the learner was doing: say so once, at start-up.
 void warn_shared_gpus(const pool_config& pool, const run_config& cfg) {
   if (pool.backend != backend_kind::cuda) return;
-  auto in_pool = [&](int d) { return d >= pool.first_device && d < pool.first_device + pool.devices; };
+  auto in_pool = [&](int d) {
+    return d >= pool.first_device && d < pool.first_device + pool.devices;
+  };
   for (const auto& [role, device] :
        {std::pair<const char*, std::string>{"learner.device", cfg.learner.device},
         {"rollout.policy_device", cfg.rollout_policy_device}})

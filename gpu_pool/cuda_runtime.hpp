@@ -34,7 +34,8 @@ expected<cuda_device_info> cuda_device_query(int ordinal);
 // crashed (SIGSEGV, no usable stack) when its executors exited on the H200.
 expected<std::vector<cuda_device_info>> cuda_probe_devices();
 std::string cuda_arch_of(const cuda_device_info& d); // "sm_90"
-// "0000:19:00.0": how NVML finds the same GPU (its numbering may differ from CUDA's); "" if unknown.
+// "0000:19:00.0": how NVML finds the same GPU (its numbering may differ from CUDA's); "" if
+// unknown.
 std::string cuda_pci_bus_id(int ordinal);
 
 // Makes `ordinal` current and creates its primary context, cuBLASLt handle and workspace: called

@@ -29,7 +29,8 @@ public:
 
   static std::unique_ptr<device_clocks> open(const std::string& bus) {
     void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return std::make_unique<nvml_clocks>("clocks unavailable: libnvidia-ml.so.1 not found");
+    if (!lib)
+      return std::make_unique<nvml_clocks>("clocks unavailable: libnvidia-ml.so.1 not found");
     auto sym = [&](const char* n) { return dlsym(lib, n); };
     auto init = reinterpret_cast<nvml_init_fn>(sym("nvmlInit_v2"));
     auto by_bus = reinterpret_cast<nvml_by_bus_fn>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
@@ -80,7 +81,8 @@ public:
     if (temp_ && temp_(dev_, nvml_temperature_gpu, &v) == 0) s.temperature_c = static_cast<int>(v);
     if (power_ && power_(dev_, &v) == 0) s.power_w = v / 1000.0;
     unsigned long long bits = 0;
-    if (reasons_ && reasons_(dev_, &bits) == 0) s.throttle = throttle_reason_names(bits, &s.throttled);
+    if (reasons_ && reasons_(dev_, &bits) == 0)
+      s.throttle = throttle_reason_names(bits, &s.throttled);
     return s;
   }
 
@@ -119,7 +121,9 @@ public:
     }
     return s;
   }
-  std::string describe() const override { return "cpu: cpufreq or /proc/cpuinfo of the timing core"; }
+  std::string describe() const override {
+    return "cpu: cpufreq or /proc/cpuinfo of the timing core";
+  }
 };
 
 } // namespace
@@ -137,10 +141,14 @@ std::string throttle_reason_names(uint64_t bits, bool* throttled) {
     uint64_t bit;
     const char* name;
     bool slows;
-  } reasons[] = {{0x1, "gpu_idle", false},           {0x2, "applications_clocks", false},
-                 {0x4, "sw_power_cap", true},        {0x8, "hw_slowdown", true},
-                 {0x10, "sync_boost", false},        {0x20, "sw_thermal_slowdown", true},
-                 {0x40, "hw_thermal_slowdown", true}, {0x80, "hw_power_brake_slowdown", true},
+  } reasons[] = {{0x1, "gpu_idle", false},
+                 {0x2, "applications_clocks", false},
+                 {0x4, "sw_power_cap", true},
+                 {0x8, "hw_slowdown", true},
+                 {0x10, "sync_boost", false},
+                 {0x20, "sw_thermal_slowdown", true},
+                 {0x40, "hw_thermal_slowdown", true},
+                 {0x80, "hw_power_brake_slowdown", true},
                  {0x100, "display_clock", false}};
   std::string out;
   bool slow = false;

@@ -15,7 +15,7 @@ struct clock_sample {
   int sm_mhz = 0, mem_mhz = 0; // 0: not readable
   int temperature_c = 0;
   double power_w = 0;
-  std::string throttle; // active slowdown reasons, '|'-separated ("" = none or unknown)
+  std::string throttle;   // active slowdown reasons, '|'-separated ("" = none or unknown)
   bool throttled = false; // a reason that lowers clocks under load (power, thermal, hw slowdown)
 };
 

@@ -153,8 +153,9 @@ struct job_runner::impl {
     if (!clocks || !tm.time) return;
     tm.time->clocks = clocks->sample();
     if (tm.time->clocks.throttled)
-      tm.message += (tm.message.empty() ? "" : "; ") + std::string("timed while clocks were held down (") +
-                    tm.time->clocks.throttle + ", SM " + std::to_string(tm.time->clocks.sm_mhz) + " MHz)";
+      tm.message += (tm.message.empty() ? "" : "; ") +
+                    std::string("timed while clocks were held down (") + tm.time->clocks.throttle +
+                    ", SM " + std::to_string(tm.time->clocks.sm_mhz) + " MHz)";
   }
 
   // Streaming bandwidth of this device (read + write of one buffer in place: no write-allocate
@@ -292,7 +293,8 @@ int executor_main(const executor_args& args) {
   so.restrict_fs = args.restrict_fs;
   so.drop_privileges = args.drop_privileges;
   std::vector<std::string> notes;
-  std::unique_ptr<device_clocks> clocks = args.cuda_device >= 0 ? nullptr : device_clocks::open_cpu();
+  std::unique_ptr<device_clocks> clocks =
+      args.cuda_device >= 0 ? nullptr : device_clocks::open_cpu();
   if (args.cuda_device >= 0) {
 #ifdef KILN_HAVE_CUDA
     // The driver reserves far more virtual address space than any RLIMIT_AS that still bounds a

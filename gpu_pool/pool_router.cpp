@@ -119,7 +119,8 @@ void forward(router_actor* self, pending_ptr p) {
             if (err == caf::sec::request_timeout) {
               ++self->state.failed;
               p->settled = true;
-              p->rp.deliver(failure(p->job, "pool " + me.m.name + " did not answer within an hour"));
+              p->rp.deliver(
+                  failure(p->job, "pool " + me.m.name + " did not answer within an hour"));
               return;
             }
             if (me.up) {
@@ -138,9 +139,11 @@ void merge_stats(nlohmann::json& into, const nlohmann::json& part, const std::st
     into[k] = into.value(k, int64_t{0}) + part.value(k, int64_t{0});
   if (part.contains("outcomes") && part["outcomes"].is_object())
     for (auto& [k, v] : part["outcomes"].items())
-      if (v.is_number()) into["outcomes"][k] = into["outcomes"].value(k, int64_t{0}) + v.get<int64_t>();
+      if (v.is_number())
+        into["outcomes"][k] = into["outcomes"].value(k, int64_t{0}) + v.get<int64_t>();
   into["wall_ms"] = std::max(into.value("wall_ms", 0.0), part.value("wall_ms", 0.0));
-  into["compile_ms_p50"] = std::max(into.value("compile_ms_p50", 0.0), part.value("compile_ms_p50", 0.0));
+  into["compile_ms_p50"] =
+      std::max(into.value("compile_ms_p50", 0.0), part.value("compile_ms_p50", 0.0));
   if (part.contains("devices") && part["devices"].is_array())
     for (auto d : part["devices"]) {
       d["node"] = node;
@@ -194,7 +197,8 @@ caf::behavior pool_router(router_actor* self, std::vector<pool_member> members) 
         g->merged["failed"] = self->state.failed;
         auto finish = [=]() mutable {
           auto& j = g->merged;
-          int64_t hits = j.value("cache_hits", int64_t{0}), misses = j.value("cache_misses", int64_t{0});
+          int64_t hits = j.value("cache_hits", int64_t{0}),
+                  misses = j.value("cache_misses", int64_t{0});
           j["cache_hit_rate"] = hits + misses ? double(hits) / double(hits + misses) : 0.0;
           rp.deliver(j.dump());
         };

@@ -20,9 +20,9 @@ namespace kiln {
 
 struct pool_member {
   caf::actor pool;
-  std::string name;   // "local" or "host:port"
-  int devices = 1;    // weights placement: jobs in flight per device
-  bool local = false; // linked to the router (ends with it)
+  std::string name;                 // "local" or "host:port"
+  int devices = 1;                  // weights placement: jobs in flight per device
+  bool local = false;               // linked to the router (ends with it)
   std::string backend, device_name; // from the member's stats
 };
 

@@ -175,7 +175,7 @@ void model_policy::step(std::vector<decode_slot>& batch, std::mt19937_64& rng) {
   for (size_t i = 0; i < batch.size(); ++i) {
     auto& c = s.row_of(batch[i].seq_id);
     const auto n = static_cast<int64_t>(batch[i].context->size());
-    if (c.len > n) c.len = 0; // the context shrank: not the sequence we cached
+    if (c.len > n) c.len = 0;         // the context shrank: not the sequence we cached
     if (c.len == n && n > 0) --c.len; // nothing new: re-feed the last token for its distribution
     row[i] = c.row;
     past[i] = c.len;
@@ -212,7 +212,9 @@ void model_policy::step(std::vector<decode_slot>& batch, std::mt19937_64& rng) {
       }
     }
   }
-  auto to_dev = [&](const std::vector<int64_t>& v) { return torch::tensor(v, host_long).to(s.dev); };
+  auto to_dev = [&](const std::vector<int64_t>& v) {
+    return torch::tensor(v, host_long).to(s.dev);
+  };
   auto rows_t = to_dev(row), past_t = to_dev(past), fresh_t = to_dev(fresh);
   // Key j (past keys first, then this step's) is visible to query q when it is one of the
   // sequence's cached tokens, or one of its new tokens at or before q.
@@ -220,14 +222,16 @@ void model_policy::step(std::vector<decode_slot>& batch, std::mt19937_64& rng) {
   auto q_idx = torch::arange(max_new, dopt).view({1, max_new, 1});
   auto j_idx = torch::arange(max_past + max_new, dopt).view({1, 1, max_past + max_new});
   auto jn = j_idx - max_past;
-  auto mask = (j_idx < past_t.view({b, 1, 1}))
-                  .logical_or(jn.ge(0).logical_and(jn <= q_idx).logical_and(jn < fresh_t.view({b, 1, 1})))
-                  .unsqueeze(1);
+  auto mask =
+      (j_idx < past_t.view({b, 1, 1}))
+          .logical_or(jn.ge(0).logical_and(jn <= q_idx).logical_and(jn < fresh_t.view({b, 1, 1})))
+          .unsqueeze(1);
   std::vector<kv_pair> past_kv;
   if (max_past > 0)
     for (int64_t l = 0; l < layers; ++l)
-      past_kv.push_back({s.cache_k[static_cast<size_t>(l)].narrow(2, 0, max_past).index_select(0, rows_t),
-                         s.cache_v[static_cast<size_t>(l)].narrow(2, 0, max_past).index_select(0, rows_t)});
+      past_kv.push_back(
+          {s.cache_k[static_cast<size_t>(l)].narrow(2, 0, max_past).index_select(0, rows_t),
+           s.cache_v[static_cast<size_t>(l)].narrow(2, 0, max_past).index_select(0, rows_t)});
   auto out = s.model->forward(tokens.to(s.dev), pos.to(s.dev), past_kv, mask, true);
   auto logits = out.logits.index({torch::arange(b, dopt), fresh_t - 1}); // [B, V]
   // Scatter this step's keys / values into their rows: [B, H, N, dh] -> [M, H, dh] at (row, time).

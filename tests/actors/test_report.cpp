@@ -3,9 +3,9 @@
 #include "actors/report.hpp"
 
 #include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -26,10 +26,11 @@ fs::path make_run(const std::string& name) {
   fs::create_directories(d);
   std::ofstream(d / "eval.json") << kEval;
   std::ofstream(d / "summary.json") << R"({"name": "unit", "backend": "cpu"})";
-  std::ofstream(d / "metrics.jsonl") << "{\"step\": 1, \"reward\": -1, \"pool\": {\"busy\": 0.5}}\n"
-                                     << "garbage\n"
-                                     << "{\"step\": 2, \"reward\": 0.5, \"pool\": {\"busy\": 0.9}}\n"
-                                     << "{\"step\": 3, \"reward\": 2, \"pool\": {\"busy\": 0.9}}\n";
+  std::ofstream(d / "metrics.jsonl")
+      << "{\"step\": 1, \"reward\": -1, \"pool\": {\"busy\": 0.5}}\n"
+      << "garbage\n"
+      << "{\"step\": 2, \"reward\": 0.5, \"pool\": {\"busy\": 0.9}}\n"
+      << "{\"step\": 3, \"reward\": 2, \"pool\": {\"busy\": 0.9}}\n";
   std::ofstream(d / "tasks.jsonl") << "{\"task\": \"not a metric\", \"eager_ms\": 3}\n";
   return d;
 }

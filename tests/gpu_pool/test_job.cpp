@@ -91,7 +91,8 @@ TEST_CASE("outcomes round trip, with and without mismatch and timings") {
 
   outcome t;
   t.kind = outcome_kind::correct;
-  t.time = timings{1.25, 0.01, 40, 1.2, 2.5, true, clock_sample{1980, 3201, 61, 412.5, "sw_power_cap", true}};
+  t.time = timings{
+      1.25, 0.01, 40, 1.2, 2.5, true, clock_sample{1980, 3201, 61, 412.5, "sw_power_cap", true}};
   t.retire = true;
   auto e = decode_outcome(encode(t));
   REQUIRE(e.has_value());

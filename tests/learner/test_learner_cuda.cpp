@@ -57,7 +57,7 @@ TEST_CASE("cuda policy: batched KV-cache decode gives the cpu policy's log-probs
     std::vector<decode_slot> a, b;
     for (size_t i = 0; i < ctx.size(); ++i) {
       if (i == 5 && step < 8) continue; // joins late
-      if (i == 1 && step == 10) // a new turn: several tokens at once on a warm cache
+      if (i == 1 && step == 10)         // a new turn: several tokens at once on a warm cache
         for (int k = 0; k < 5; ++k) ctx[i].push_back(static_cast<int32_t>(rng() % v));
       decode_slot s;
       s.seq_id = 40 + i;
@@ -86,7 +86,8 @@ TEST_CASE("cuda policy: batched KV-cache decode gives the cpu policy's log-probs
       ctx[static_cast<size_t>(a[k].seq_id == 99 ? 0 : a[k].seq_id - 40)].push_back(a[k].token);
     }
   }
-  MESSAGE("worst |logprob cpu - cuda| over 20 steps: " << worst << ", tokens differing: " << differ);
+  MESSAGE("worst |logprob cpu - cuda| over 20 steps: " << worst
+                                                       << ", tokens differing: " << differ);
   CHECK(worst < 1e-3);
   CHECK(differ <= 2);
 }
@@ -114,7 +115,8 @@ TEST_CASE("cuda learner: PPO updates run, stay finite, and their weights load on
     (*pol)->refresh();
     std::vector<size_t> which;
     for (int i = 0; i < c.batch_size; ++i) which.push_back(rng() % pts.size());
-    auto eps = generate_proxy_episodes(**pol, pts, which, rng, "u" + std::to_string(u) + "-", nullptr);
+    auto eps =
+        generate_proxy_episodes(**pol, pts, which, rng, "u" + std::to_string(u) + "-", nullptr);
     for (auto& e : eps) CHECK((*l)->offer(e) == offer_result::accepted);
     auto m = (*l)->update();
     REQUIRE(m);
@@ -143,7 +145,8 @@ TEST_CASE("cuda learner: PPO updates run, stay finite, and their weights load on
   CHECK(worst < 1e-3);
 
   // A cuda checkpoint resumes on cuda (version, optimizer) and loads as a cpu model for eval.
-  auto dir = std::filesystem::temp_directory_path() / ("kiln-cuda-ckpt-" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("kiln-cuda-ckpt-" + std::to_string(::getpid()));
   c.checkpoint_dir = dir.string();
   auto l2 = learner::create(c, tasks());
   REQUIRE(l2);
@@ -159,7 +162,8 @@ TEST_CASE("cuda learner: PPO updates run, stay finite, and their weights load on
   REQUIRE(again);
   auto first = (*l)->score(eps[0]);
   REQUIRE(first);
-  for (size_t i = 0; i < again->size(); ++i) CHECK((*again)[i] == doctest::Approx((*first)[i]).epsilon(1e-5));
+  for (size_t i = 0; i < again->size(); ++i)
+    CHECK((*again)[i] == doctest::Approx((*first)[i]).epsilon(1e-5));
   std::printf("checkpoint: loading on cpu\n");
   std::fflush(stdout);
   int64_t version = -1;
