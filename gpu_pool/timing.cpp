@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <new>
+#if defined(__x86_64__) || defined(__i386__)
+#include <emmintrin.h>
+#endif
 
 namespace kiln {
 
@@ -21,6 +25,19 @@ void cache_flusher::flush(int64_t bytes) {
   volatile unsigned char* p = buf_.get();
   unsigned char v = ++tick_;
   for (int64_t i = 0; i < size_; i += 64) p[i] = v;
+}
+
+void evict_from_cache(const void* p, int64_t bytes) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (!p || bytes <= 0) return;
+  auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  auto last = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
+  for (uintptr_t a = first; a < last; a += 64) _mm_clflush(reinterpret_cast<const void*>(a));
+  _mm_mfence();
+#else
+  (void)p;
+  (void)bytes;
+#endif
 }
 
 double median_of(std::vector<double> v) {
