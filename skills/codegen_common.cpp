@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <numeric>
 #include <vector>
 
 namespace kiln {
@@ -64,10 +66,17 @@ string float_literal(double v, const codegen_dialect& d) {
   return s + "f";
 }
 
+// All but the last `drop` dims (batch dims of a matrix operand); empty when there are no more.
+shape_t leading_dims(const shape_t& s, std::size_t drop) {
+  return shape_t(s.begin(),
+                 s.begin() + static_cast<std::ptrdiff_t>(s.size() > drop ? s.size() - drop : 0));
+}
+
 int64_t shape_product(const shape_t& s, std::size_t from, std::size_t to) {
-  int64_t p = 1;
-  for (std::size_t i = from; i < std::min(to, s.size()); ++i) p *= s[i];
-  return p;
+  // Iterators, not indices: g++ then sees the loop's bound (it warned of 2^61 iterations).
+  auto last = s.begin() + static_cast<std::ptrdiff_t>(std::min(to, s.size()));
+  auto first = s.begin() + static_cast<std::ptrdiff_t>(std::min(from, std::min(to, s.size())));
+  return std::accumulate(first, last, int64_t{1}, std::multiplies<int64_t>());
 }
 
 string broadcast_index(const shape_t& operand, const shape_t& out, const string& i,
@@ -160,7 +169,7 @@ gemm_shape gemm_shape_of(const task& t, const op_node& op, op_family f, const co
   }
   g.k = sb[sb.size() - 2];
   g.n = sb.back();
-  shape_t bb(sb.begin(), sb.end() - 2);
+  shape_t bb = leading_dims(sb, 2);
   if (sa.size() == 1) { // [k] x [..., k, n]
     g.nb = shape_product(bb);
     g.b_mode = gemm_shape::batch::full;
@@ -168,12 +177,12 @@ gemm_shape gemm_shape_of(const task& t, const op_node& op, op_family f, const co
     return g;
   }
   g.m = sa[sa.size() - 2];
-  shape_t ba(sa.begin(), sa.end() - 2);
+  shape_t ba = leading_dims(sa, 2);
   if (shape_product(bb) == 1) { // b is one matrix: a's batch folds into m
     g.m = shape_product(sa) / g.k;
     return g;
   }
-  shape_t out(op.shape.begin(), op.shape.end() - 2);
+  shape_t out = leading_dims(op.shape, 2);
   g.nb = shape_product(out);
   if (shape_product(ba) != 1) {
     g.a_mode = shape_product(ba) == g.nb ? gemm_shape::batch::full : gemm_shape::batch::general;
