@@ -21,6 +21,10 @@ namespace {
 
 expected<std::unique_ptr<token_policy>> make_policy(const policy_spec& p, backend_kind backend,
                                                     const episode_eval_options& o) {
+  if (!p.sources_dir.empty())
+    return error{"policy " + p.name +
+                 ": free-form sources are one submission per task; episodes "
+                 "(--samples, --turns) need a policy that writes programs"};
   if (p.random) return make_random_policy();
   if (p.checkpoint.empty()) return make_expert_policy(backend);
   model_policy_options mo;

@@ -9,6 +9,7 @@
 #include "rollout/token_space.hpp"
 #include "skills/expert.hpp"
 #include "skills/grammar.hpp"
+#include "skills/source_program.hpp"
 #ifdef KILN_HAVE_CUDA
 #include "gpu_pool/cuda_runtime.hpp"
 #endif
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <spdlog/spdlog.h>
+#include <sstream>
 #include <thread>
 
 namespace kiln {
@@ -71,6 +73,7 @@ expected<pool_config> make_pool_config(const std::string& backend, const std::st
   if (!ec) fs::create_directories(fs::path(cache_dir) / "scratch", ec);
   if (ec) return error{cache_dir + ": cannot create the kernel cache: " + ec.message()};
   std::ofstream(fs::path(cache_dir) / "include" / "kiln_abi.h") << embedded_kiln_abi_h;
+  std::ofstream(fs::path(cache_dir) / "include" / "kiln_cuda_abi.h") << embedded_kiln_cuda_abi_h;
   cfg.compile.cache_dir = (fs::path(cache_dir) / "kernels").string();
   cfg.compile.include_dir = (fs::path(cache_dir) / "include").string();
   cfg.executor.scratch_root = (fs::path(cache_dir) / "scratch").string();
@@ -127,9 +130,14 @@ void warn_if_other_device(const compile_baselines* b, const pool_config& pool) {
 }
 
 expected<policy_spec> parse_policy(const std::string& name) {
-  if (name == "expert" || name == "random") return policy_spec{name, name == "random", ""};
-  if (fs::is_regular_file(name)) return policy_spec{name, false, name};
-  return error{"policy " + name + ": expected expert, random or a checkpoint file"};
+  if (name == "expert" || name == "random") return policy_spec{name, name == "random", "", ""};
+  if (name.rfind("sources:", 0) == 0) {
+    std::string dir = name.substr(8);
+    if (!fs::is_directory(dir)) return error{"policy " + name + ": " + dir + " is not a directory"};
+    return policy_spec{name, false, "", dir};
+  }
+  if (fs::is_regular_file(name)) return policy_spec{name, false, name, ""};
+  return error{"policy " + name + ": expected expert, random, sources:DIR or a checkpoint file"};
 }
 
 namespace {
@@ -214,8 +222,22 @@ eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, u
     return r;
   }
   r.eager_ms = base.time->median_ms;
+  std::string submission;
   program prog;
-  if (!p.checkpoint.empty()) {
+  if (!p.sources_dir.empty()) {
+    auto path = fs::path(p.sources_dir) /
+                (t.name + (pool.backend() == backend_kind::cuda ? ".cu" : ".cpp"));
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      r.outcome = "policy_failed";
+      r.message = "no source " + path.string();
+      return r;
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    submission = make_source_program(pool.backend(), text.str());
+    r.program = "source " + path.string();
+  } else if (!p.checkpoint.empty()) {
     auto cp = checkpoint_program(t, p);
     if (!cp) {
       r.outcome = "policy_failed";
@@ -229,8 +251,8 @@ eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, u
   } else {
     prog = expert_program(t, pool.backend());
   }
-  r.program = print(prog);
-  auto o = pool.run(make_job(t, job_kind::evaluate), r.program);
+  if (submission.empty()) submission = r.program = print(prog);
+  auto o = pool.run(make_job(t, job_kind::evaluate), submission);
   r.outcome = to_string(o.kind);
   r.correct = o.kind == outcome_kind::correct && o.time.has_value();
   if (r.correct) {

@@ -34,11 +34,15 @@ expected<caf::actor> make_pool_actor(caf::actor_system& sys, const pool_config& 
 void warn_if_other_device(const compile_baselines* b, const pool_config& pool);
 
 struct policy_spec {
-  std::string name; // "expert" | "random" | a checkpoint path
+  std::string name; // "expert" | "random" | a checkpoint path | "sources:DIR"
   bool random = false;
   std::string checkpoint; // a learner checkpoint: its model writes programs greedily
+  // Free-form source written elsewhere (an external model, a person): DIR/<task>.cpp on the cpu
+  // backend, DIR/<task>.cu on cuda (skills/source_program.hpp). A task without a file fails.
+  std::string sources_dir;
 };
-// "expert", "random" or an existing checkpoint file; an error naming what else was given.
+// "expert", "random", "sources:DIR" or an existing checkpoint file; an error naming what else was
+// given.
 expected<policy_spec> parse_policy(const std::string& name);
 
 // A row with what the task alone decides: name, level, compulsory bytes, memory-bound or not.

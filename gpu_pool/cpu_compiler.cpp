@@ -174,10 +174,10 @@ expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_
     std::remove(tmp_so.c_str());
     write_atomically(base + ".log", r->log);
     if (r->timed_out)
-      return error{"cpu compile: killed after " + std::to_string(opts.timeout_s) + " s (key " +
+      return error{opts.compiler + ": killed after " + std::to_string(opts.timeout_s) + " s (key " +
                    art.key + ")"};
-    return error{"cpu compile failed (exit " + std::to_string(r->exit_code) + ", key " + art.key +
-                 "):\n" + truncate_log(r->log)};
+    return error{opts.compiler + " failed (exit " + std::to_string(r->exit_code) + ", key " +
+                 art.key + "):\n" + truncate_log(r->log)};
   }
   // Same key, same bytes: whichever concurrent compile renames last wins harmlessly.
   if (std::rename(tmp_so.c_str(), art.so_path.c_str()) != 0) {

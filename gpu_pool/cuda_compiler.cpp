@@ -5,6 +5,7 @@
 #include "data/task_hash.hpp"
 #include "skills/nvrtc_compiler.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -60,6 +61,15 @@ expected<cuda_artifact> compile_cuda(const cuda_program& p, const cuda_compile_o
   if (auto st = write_atomically(plan_path, plan); !st) return st.err();
   if (auto st = write_atomically(cubin, a->cubin); !st) return st.err();
   return out;
+}
+
+cpu_compile_options nvcc_options(const cpu_compile_options& host, const std::string& arch) {
+  cpu_compile_options o = host;
+  o.compiler = KILN_NVCC;
+  o.flags = "-x cu -O3 -std=c++17 -arch=" + arch + " -shared -Xcompiler -fPIC -cudart shared";
+  o.cache_dir = host.cache_dir + "/nvcc";
+  o.timeout_s = std::max(host.timeout_s, 120.0); // nvcc takes seconds where g++ takes one
+  return o;
 }
 
 } // namespace kiln

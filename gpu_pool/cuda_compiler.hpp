@@ -4,6 +4,7 @@
 #pragma once
 
 #include "data/expected.hpp"
+#include "gpu_pool/cpu_compiler.hpp"
 #include "skills/codegen_cuda.hpp"
 
 #include <string>
@@ -24,5 +25,10 @@ struct cuda_artifact {
 
 // On a compile error the message holds NVRTC's log. Thread-safe.
 expected<cuda_artifact> compile_cuda(const cuda_program& p, const cuda_compile_options& opts);
+
+// Free-form cuda source (skills/source_program.hpp) goes through compile_cpu with these options:
+// nvcc to a shared object linked against the shared cudart, so the program uses the executor's
+// runtime and its current device. Cache under host.cache_dir/nvcc, headers from host.include_dir.
+cpu_compile_options nvcc_options(const cpu_compile_options& host, const std::string& arch);
 
 } // namespace kiln

@@ -1,7 +1,8 @@
 // The cuda backend's executor side: loads a cubin with its launch plan and walks the plan's steps
-// (kernel launches, cuBLASLt GEMMs) on the legacy default stream, plus the device clock (events +
-// whole-device synchronize) and the L2 flush the timing loop uses. Executor process only.
-//   cubin + plan.json --load--> cuda_executable --run(buffers)--> cudaLaunchKernel / cublasLtMatmul
+// (kernel launches, cuBLASLt GEMMs) on the legacy default stream, or a free-form program's nvcc
+// shared object; plus the device clock (events + whole-device synchronize, work that outlives the
+// stream refused) and the L2 flush the timing loop uses. Executor process only.
+//   cubin + plan.json | .so --load--> cuda_executable --run(buffers)--> launches / kiln_cuda_run
 #pragma once
 
 #include "data/expected.hpp"
@@ -49,27 +50,33 @@ status cuda_synchronize(bool* sticky = nullptr);
 class cuda_executable {
 public:
   // Reads `<cubin_path>` and `<cubin_path>.plan.json`, checks the plan and that every kernel's
-  // parameter list matches the plan's argument sizes.
+  // parameter list matches the plan's argument sizes. A path ending in ".so" is a free-form
+  // program instead: loaded with dlopen, it must export kiln_cuda_run (skills/kiln_cuda_abi.h).
   static expected<cuda_executable> load(const std::string& cubin_path);
   cuda_executable(cuda_executable&&) noexcept;
   cuda_executable& operator=(cuda_executable&&) noexcept;
   ~cuda_executable();
 
-  // Enqueues every step; does not wait. Pointers are device pointers in task declaration order.
+  // Enqueues every step (or calls kiln_cuda_run with the legacy default stream); does not wait.
+  // Pointers are device pointers in task declaration order.
   status run(const std::vector<const void*>& inputs, const std::vector<const void*>& params,
              const std::vector<void*>& outputs);
 
-  const launch_plan& plan() const;
-
 private:
   cuda_executable() = default;
+  static expected<cuda_executable> load_shared_object(const std::string& so_path);
   struct impl;
   std::unique_ptr<impl> impl_;
 };
 
-// Device time of `call` from events on the legacy default stream, read after a whole-device
-// synchronize: work the call left on other blocking streams is waited for and counted.
+// Device time of `call` from events on the legacy default stream (the job's stream), read after a
+// whole-device synchronize. A third event, recorded once the device is idle, shows work that
+// outlived the stream (launched on a non-blocking stream and never joined back): when it exceeds
+// cuda_drain_slack_ms() + 5% of the stream time on three runs in a row, the timing is an error.
 timed_fn cuda_timed(std::function<status()> call);
+// What an honest call leaves between its stream's last event and an idle device (3 x the p90 of
+// an empty call, at least 0.02 ms): measured once per process, on first use.
+double cuda_drain_slack_ms();
 
 // Evicts L2 by writing a buffer of max(bytes, 2 x L2) on the device (untimed, before a trial).
 class cuda_cache_flusher : public cache_flusher {

@@ -4,6 +4,7 @@
 #include "data/task_hash.hpp"
 #include "skills/codegen_cpu.hpp"
 #include "skills/grammar.hpp"
+#include "skills/source_program.hpp"
 #ifdef KILN_HAVE_CUDA
 #include "gpu_pool/cuda_compiler.hpp"
 #include "skills/codegen_cuda.hpp"
@@ -26,38 +27,46 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+constexpr std::size_t max_source_bytes = std::size_t{1} << 20; // free-form source submissions
+
 double ms_since(clock_type::time_point t) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
 }
 
-// Compiles are blocking (a host-compiler subprocess, or NVRTC): each worker is a detached actor.
-// An empty plan means the cpu backend.
+// Compiles are blocking (a compiler subprocess, or NVRTC): each worker is a detached actor.
+// `compiler` is "host" (cpu source), "nvrtc" (generated cuda source and its plan) or "nvcc".
 caf::behavior compile_worker(caf::event_based_actor*, cpu_compile_options opts,
                              std::string cuda_arch) {
-  return {
-      [=](compile_atom, const std::string& source, const std::string& plan_json, bool fast_math) {
-        auto fail = [](const std::string& m) {
-          return std::make_tuple(false, m, std::string(), false, 0.0);
-        };
-        if (plan_json.empty()) {
-          auto a = compile_cpu(source, opts);
-          if (!a) return fail(a.message());
-          return std::make_tuple(true, a->so_path, a->key, a->cache_hit, a->compile_ms);
-        }
+  return {[=](compile_atom, const std::string& compiler, const std::string& source,
+              const std::string& plan_json, bool fast_math) {
+    auto fail = [](const std::string& m) {
+      return std::make_tuple(false, m, std::string(), false, 0.0);
+    };
+    if (compiler == "host") {
+      auto a = compile_cpu(source, opts);
+      if (!a) return fail(a.message());
+      return std::make_tuple(true, a->so_path, a->key, a->cache_hit, a->compile_ms);
+    }
 #ifdef KILN_HAVE_CUDA
-        auto plan = plan_from_json(plan_json);
-        if (!plan) return fail("launch plan: " + plan.message());
-        cuda_program p{source, std::move(*plan), fast_math};
-        cuda_compile_options co;
-        co.cache_dir = opts.cache_dir;
-        co.arch = cuda_arch;
-        auto a = compile_cuda(p, co);
-        if (!a) return fail(a.message());
-        return std::make_tuple(true, a->cubin_path, a->key, a->cache_hit, a->compile_ms);
+    if (compiler == "nvcc") {
+      auto a = compile_cpu(source, nvcc_options(opts, cuda_arch));
+      if (!a) return fail(a.message());
+      return std::make_tuple(true, a->so_path, a->key, a->cache_hit, a->compile_ms);
+    }
+    auto plan = plan_from_json(plan_json);
+    if (!plan) return fail("launch plan: " + plan.message());
+    cuda_program p{source, std::move(*plan), fast_math};
+    cuda_compile_options co;
+    co.cache_dir = opts.cache_dir;
+    co.arch = cuda_arch;
+    auto a = compile_cuda(p, co);
+    if (!a) return fail(a.message());
+    return std::make_tuple(true, a->cubin_path, a->key, a->cache_hit, a->compile_ms);
 #else
-        return fail("this build has no cuda backend");
+    (void)fast_math;
+    return fail("this build has no cuda backend");
 #endif
-      }};
+  }};
 }
 
 // One job at a time in a disposable executor: the actor's mailbox is the device's queue.
@@ -76,9 +85,11 @@ caf::behavior device_actor(caf::event_based_actor*, executor_options opts) {
     if (!*announced && client->hello()) { // once: what the sandbox and the clock reader got
       *announced = true;
       const auto& h = *client->hello();
-      spdlog::info("device {}: executor pid {} (network {}, landlock abi {}); {}",
+      spdlog::info("device {}: executor pid {} (network {}, landlock abi {}); {}{}",
                    opts.cuda_device >= 0 ? "cuda:" + std::to_string(opts.cuda_device) : "cpu",
-                   h.pid, h.net_isolated ? "isolated" : "shared", h.landlock_abi, h.clocks);
+                   h.pid, h.net_isolated ? "isolated" : "shared", h.landlock_abi, h.clocks,
+                   h.drain_slack_ms > 0 ? fmt::format("; drain slack {:.3f} ms", h.drain_slack_ms)
+                                        : std::string());
     }
     return encode(o);
   }};
@@ -188,35 +199,49 @@ caf::behavior device_pool(pool_actor* self, pool_config cfg) {
           ++self->state.outcomes["compile_error"];
           rp.deliver(encode(failed(j, outcome_kind::compile_error, msg)));
         };
-        auto prog = parse_program(program_text);
-        if (!prog) return reject(prog.message());
-        if (auto st = check_program(*prog, j.spec); !st) return reject(st.message());
-        // The generator must not take the pool down, whatever the program.
         expected<std::string> source = error{"generator did not run"};
         std::string plan_json;
         bool fast_math = false;
-        try {
-          if (cfg.backend == backend_kind::cpu) {
-            source = generate_cpu(j.spec, *prog);
-          } else {
-#ifdef KILN_HAVE_CUDA
-            auto cp = generate_cuda(j.spec, *prog);
-            if (cp) {
-              source = cp->source;
-              plan_json = to_json(cp->plan);
-              fast_math = cp->fast_math;
+        std::string compiler = cfg.backend == backend_kind::cpu ? "host" : "nvrtc";
+        if (is_source_program(program_text)) {
+          auto sp = parse_source_program(program_text);
+          if (!sp) return reject(sp.message());
+          if (sp->backend != cfg.backend)
+            return reject(std::string("free-form source for the ") + to_string(sp->backend) +
+                          " backend; this pool serves " + to_string(cfg.backend));
+          if (sp->source.size() > max_source_bytes)
+            return reject("free-form source of " + std::to_string(sp->source.size()) +
+                          " bytes; the limit is " + std::to_string(max_source_bytes));
+          source = std::move(sp->source);
+          if (cfg.backend == backend_kind::cuda) compiler = "nvcc";
+        } else {
+          auto prog = parse_program(program_text);
+          if (!prog) return reject(prog.message());
+          if (auto st = check_program(*prog, j.spec); !st) return reject(st.message());
+          // The generator must not take the pool down, whatever the program.
+          try {
+            if (cfg.backend == backend_kind::cpu) {
+              source = generate_cpu(j.spec, *prog);
             } else {
-              source = cp.err();
-            }
+#ifdef KILN_HAVE_CUDA
+              auto cp = generate_cuda(j.spec, *prog);
+              if (cp) {
+                source = cp->source;
+                plan_json = to_json(cp->plan);
+                fast_math = cp->fast_math;
+              } else {
+                source = cp.err();
+              }
 #else
-            source = error{"this build has no cuda backend"};
+              source = error{"this build has no cuda backend"};
 #endif
+            }
+          } catch (const std::exception& e) {
+            source = error{std::string(to_string(cfg.backend)) + " generator failed: " + e.what()};
           }
-        } catch (const std::exception& e) {
-          source = error{std::string(to_string(cfg.backend)) + " generator failed: " + e.what()};
         }
         if (!source) return reject(source.message());
-        uint64_t h = fnv1a64(*source + plan_json);
+        uint64_t h = fnv1a64(compiler + '\0' + *source + plan_json);
         auto run = [=](bool ok, const artifact_ref& a, const std::string& log) mutable {
           if (!ok) {
             ++self->state.compile_errors;
@@ -248,7 +273,7 @@ caf::behavior device_pool(pool_actor* self, pool_config cfg) {
           self->state.pending.erase(h);
           for (auto& c : conts) c(ok, a, log);
         };
-        self->request(worker, wait, compile_atom::value, *source, plan_json, fast_math)
+        self->request(worker, wait, compile_atom::value, compiler, *source, plan_json, fast_math)
             .then(
                 [=](bool ok, std::string& path_or_log, std::string& key, bool hit, double ms) {
                   artifact_ref a;

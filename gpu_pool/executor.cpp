@@ -345,6 +345,9 @@ int executor_main(const executor_args& args) {
   hello.scratch = args.scratch;
   hello.warnings = join(sb->warnings);
   if (clocks) hello.clocks = clocks->describe();
+#ifdef KILN_HAVE_CUDA
+  if (args.cuda_device >= 0) hello.drain_slack_ms = cuda_drain_slack_ms();
+#endif
   if (auto st = write_frame(args.fd, encode(hello)); !st) {
     std::fprintf(stderr, "kiln executor: cannot send hello: %s\n", st.message().c_str());
     return 4;

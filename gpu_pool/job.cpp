@@ -420,13 +420,15 @@ expected<outcome> decode_outcome(const std::string& bytes) {
 std::string encode(const executor_hello& h) {
   msgpack::sbuffer buf;
   packer p(buf);
-  p.pack_map(10);
+  p.pack_map(11);
   key(p, "v");
   p.pack(wire_version);
   key(p, "type");
   p.pack(std::string_view("hello"));
   key(p, "clocks");
   p.pack(h.clocks);
+  key(p, "drain_slack_ms");
+  p.pack(h.drain_slack_ms);
   key(p, "landlock_abi");
   p.pack(h.landlock_abi);
   key(p, "pid");
@@ -457,6 +459,7 @@ expected<executor_hello> decode_hello(const std::string& bytes) {
                                        h.scratch = m.str("scratch");
                                        h.warnings = m.str("warnings");
                                        h.clocks = m.str("clocks", false);
+                                       h.drain_slack_ms = m.f64("drain_slack_ms", false);
                                        return h;
                                      });
 }

@@ -116,6 +116,9 @@ struct executor_hello {
   std::string scratch;
   std::string warnings; // what could not be applied, '; '-separated
   std::string clocks;   // where clocks are read from (device, maximum clocks), or why not
+  // cuda: the residual an honest call leaves between its stream's last event and an idle device;
+  // work outliving the stream by more is refused (gpu_pool/cuda_runtime.hpp). 0 on cpu.
+  double drain_slack_ms = 0;
 };
 
 // --- wire form: one msgpack map per frame, string keys, version field "v" = 1 ---

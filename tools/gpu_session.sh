@@ -5,7 +5,7 @@
 # machine:
 #   source .dev/setup.sh && bash tools/gpu_session.sh build gpu_tests bench_learner
 # Steps: build (kiln only) | build_tests (kiln + gpu tests) | gpu_tests | bench_learner |
-#        validate | baselines | baselines_only | eval | run | bench_pool
+#        validate | baselines | baselines_only | eval | run | bench_pool | sources
 # KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_BASELINES names a baselines file
 # for eval and run (default: the one the baselines step wrote).
 set -uo pipefail
@@ -72,6 +72,12 @@ step_run() {
   [ -s "$out/baselines_h200.json" ] && baselines="$out/baselines_h200.json"
   [ -s "$baselines" ] && b=(--set "pool.baselines=\"$baselines\"")
   "$bin" run configs/cuda.toml --set "run.out_dir=\"$out/runs\"" "${b[@]}" ${KILN_RUN_SET:-}
+}
+# Free-form nvcc source beside the expert's program on the same task, vs the stored H200 baselines.
+step_sources() {
+  "$bin" eval --backend cuda --policy sources:docs/examples/sources/cuda --policy expert \
+    --suite data/suites/level1/gpu/relu.toml --baselines "$PWD/docs/results/baselines_h200.json" \
+    --json "$out/eval_sources_cuda.json"
 }
 step_bench_pool() {
   "$bin" bench pool --backend cuda --suite data/suites/level1/gpu --compile-workers 12 --json \

@@ -193,6 +193,108 @@ TEST_CASE("expert programs of the gpu suite verify through the executor") {
   CHECK(tried >= 3);
 }
 
+namespace {
+
+// Free-form cuda source for the_task(): `relu` computes the task; `spin` keeps one thread busy for
+// about `ms` milliseconds (work that someone might try to hide). `body` is kiln_cuda_run's.
+std::string free_form(const std::string& body) {
+  return R"(//! kiln-source cuda
+#include "kiln_cuda_abi.h"
+#include <cuda_runtime.h>
+__global__ void relu(const float* x, const float* b, float* y, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) { float v = x[i] + b[i % 1024]; y[i] = v > 0.f ? v : 0.f; }
+}
+__global__ void spin(long long ns) {
+  long long t0 = clock64();
+  while (clock64() - t0 < ns * 2) {} // >= ns nanoseconds below 2 GHz
+}
+static cudaStream_t side() {
+  static cudaStream_t s = nullptr;
+  if (!s) cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  return s;
+}
+extern "C" int kiln_cuda_run(const void* const* in, const void* const* par, void* const* out,
+                             void* stream_arg) {
+  cudaStream_t stream = (cudaStream_t)stream_arg;
+  const float* x = (const float*)in[0];
+  const float* b = (const float*)par[0];
+  float* y = (float*)out[0];
+  const long long n = 512LL * 1024;
+  (void)stream; (void)side;
+)" + body +
+         "\n  return cudaGetLastError() == cudaSuccess ? 0 : 1;\n}\n";
+}
+
+artifact_ref build_free_form(const std::string& src) {
+  cpu_compile_options host;
+  host.cache_dir = cache_dir() + "/kernels";
+  host.include_dir = KILN_SOURCE_DIR "/skills";
+  auto a = compile_cpu(src, nvcc_options(host, the_arch()));
+  REQUIRE_MESSAGE(a, a.message());
+  return artifact_ref{"cuda", a->so_path, a->key, a->compile_ms};
+}
+
+const char* kLaunch = "  relu<<<n / 256, 256, 0, stream>>>(x, b, y, n);";
+
+} // namespace
+
+TEST_CASE("free-form source (nvcc): side-stream work is refused unless joined back, then counted") {
+  task t = the_task();
+  executor_client client(options());
+  auto honest = client.run(make(t, job_kind::evaluate, build_free_form(free_form(kLaunch))));
+  CHECK_MESSAGE(honest.kind == outcome_kind::correct, honest.message);
+  REQUIRE(honest.time);
+  REQUIRE(client.hello());
+  const double slack = client.hello()->drain_slack_ms;
+  MESSAGE("drain slack " << slack << " ms; honest relu " << honest.time->median_ms << " ms");
+  CHECK(slack >= 0.02);
+  CHECK(slack < 1.0);
+
+  // 2 ms of work on a non-blocking stream, never joined: the stream's events see none of it.
+  auto hidden = client.run(make(t, job_kind::evaluate,
+                                build_free_form(free_form("  spin<<<1, 1, 0, side()>>>(2000000);\n"
+                                                          "  relu<<<n / 256, 256, 0, side()>>>(x, "
+                                                          "b, y, n);"))));
+  CHECK(hidden.kind == outcome_kind::runtime_error);
+  CHECK_MESSAGE(hidden.message.find("outlived the job's stream") != std::string::npos,
+                hidden.message);
+  auto timed_only =
+      client.run(make(t, job_kind::time,
+                      build_free_form(free_form("  spin<<<1, 1, 0, side()>>>(2000000);\n" +
+                                                std::string(kLaunch)))));
+  CHECK_MESSAGE(timed_only.kind == outcome_kind::runtime_error, timed_only.message);
+
+  // The same work joined back into the stream by events is honest, and all of it is timed.
+  auto joined = client.run(make(t, job_kind::evaluate, build_free_form(free_form(R"(
+  static cudaEvent_t fork = nullptr, join = nullptr;
+  if (!fork) { cudaEventCreateWithFlags(&fork, cudaEventDisableTiming);
+               cudaEventCreateWithFlags(&join, cudaEventDisableTiming); }
+  cudaEventRecord(fork, stream);
+  cudaStreamWaitEvent(side(), fork, 0);
+  spin<<<1, 1, 0, side()>>>(2000000);
+  relu<<<n / 256, 256, 0, side()>>>(x, b, y, n);
+  cudaEventRecord(join, side());
+  cudaStreamWaitEvent(stream, join, 0);)"))));
+  CHECK_MESSAGE(joined.kind == outcome_kind::correct, joined.message);
+  REQUIRE(joined.time);
+  CHECK(joined.time->median_ms >= 1.0); // the spin is counted (>= 1 ms at any clock <= 2 GHz)
+  MESSAGE("joined side stream with 2 ms of spin: " << joined.time->median_ms << " ms");
+
+  auto failing = client.run(make(t, job_kind::verify, build_free_form(free_form("  return 3;"))));
+  CHECK(failing.kind == outcome_kind::runtime_error);
+  CHECK_MESSAGE(failing.message.find("kiln_cuda_run returned 3") != std::string::npos,
+                failing.message);
+  auto no_entry = client.run(
+      make(t, job_kind::verify,
+           build_free_form("//! kiln-source cuda\nextern \"C\" int other() { return 0; }\n")));
+  CHECK(no_entry.kind == outcome_kind::runtime_error);
+  CHECK_MESSAGE(no_entry.message.find("does not export kiln_cuda_run") != std::string::npos,
+                no_entry.message);
+  auto after = client.run(make(t, job_kind::verify, build_free_form(free_form(kLaunch))));
+  CHECK_MESSAGE(after.kind == outcome_kind::correct, after.message);
+}
+
 // A crash of the test process itself (not of an executor) says who sent it and where.
 void on_crash(int sig, siginfo_t* si, void* uc) {
   char buf[256];

@@ -134,3 +134,61 @@ TEST_CASE("concurrent identical programs compile once") {
   CHECK(stats["cache_misses"].get<int>() == 1);
   CHECK(stats["cache_hits"].get<int>() == 3);
 }
+
+namespace {
+
+// Free-form cpu source for small_task(): gelu (tanh-free, erf form) times 3 over 64 x 96.
+std::string gelu_scale_source(const std::string& extra) {
+  return R"(//! kiln-source cpu
+#include "kiln_abi.h"
+#include <math.h>
+extern "C" int kiln_run(const kiln_host*, const void* const* in, const void* const*,
+                        void* const* out) {
+  const float* x = (const float*)in[0];
+  float* y = (float*)out[0];
+  for (int i = 0; i < 64 * 96; ++i) y[i] = 3.0f * 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f));
+)" + extra +
+         R"(
+  return 0;
+}
+)";
+}
+
+} // namespace
+
+TEST_CASE("free-form source runs through the pool like a program: verified, timed, cached") {
+  caf::actor_system_config cfg;
+  configure_actor_system(cfg, {2, "sharing"});
+  caf::actor_system sys{cfg};
+  pool_handle pool(sys, test_config());
+  task t = small_task();
+
+  auto o = pool.run(make(job_kind::evaluate, t), gelu_scale_source(""));
+  CHECK_MESSAGE(o.kind == outcome_kind::correct, o.message);
+  REQUIRE(o.time);
+  CHECK(o.time->median_ms > 0);
+  auto again = pool.run(make(job_kind::verify, t), gelu_scale_source(""));
+  CHECK_MESSAGE(again.kind == outcome_kind::correct, again.message);
+
+  // The hostile cases of generated programs apply to free-form source just the same.
+  auto mutate = pool.run(make(job_kind::verify, t), gelu_scale_source("  ((float*)in[0])[7] = 0;"));
+  CHECK_MESSAGE(mutate.kind == outcome_kind::input_mutated, mutate.message);
+  auto constant = pool.run(make(job_kind::verify, t),
+                           gelu_scale_source("  for (int i = 0; i < 64 * 96; ++i) y[i] = 1.0f;"));
+  CHECK_MESSAGE(constant.kind == outcome_kind::wrong, constant.message);
+
+  auto broken = pool.run(make(job_kind::evaluate, t), gelu_scale_source("  undeclared = 1;"));
+  CHECK(broken.kind == outcome_kind::compile_error);
+  CHECK_MESSAGE(broken.message.find("undeclared") != std::string::npos, broken.message);
+
+  std::string for_cuda = gelu_scale_source("");
+  for_cuda.replace(0, std::string("//! kiln-source cpu").size(), "//! kiln-source cuda");
+  auto other = pool.run(make(job_kind::evaluate, t), for_cuda);
+  CHECK(other.kind == outcome_kind::compile_error);
+  CHECK_MESSAGE(other.message.find("for the cuda backend; this pool serves cpu") !=
+                    std::string::npos,
+                other.message);
+
+  auto stats = nlohmann::json::parse(pool.stats());
+  CHECK(stats["cache_hits"].get<int>() >= 1); // the second submission of the same source
+}
