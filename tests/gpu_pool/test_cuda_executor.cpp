@@ -13,6 +13,7 @@
 #include "skills/expert.hpp"
 #include "tests/data/sample_tasks.hpp"
 
+#include <arpa/inet.h>
 #include <csignal>
 #include <cstdio>
 #include <dlfcn.h>
@@ -20,6 +21,7 @@
 #include <execinfo.h>
 #include <filesystem>
 #include <string>
+#include <sys/socket.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -293,6 +295,62 @@ TEST_CASE("free-form source (nvcc): side-stream work is refused unless joined ba
                 no_entry.message);
   auto after = client.run(make(t, job_kind::verify, build_free_form(free_form(kLaunch))));
   CHECK_MESSAGE(after.kind == outcome_kind::correct, after.message);
+}
+
+TEST_CASE("free-form host code in a cuda executor is sandboxed: no network, no writes outside "
+          "scratch") {
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(ls >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  REQUIRE(bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(listen(ls, 4) == 0);
+  REQUIRE(getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  auto outside = fs::temp_directory_path() / ("kiln_cuda_escape_" + std::to_string(getpid()));
+  fs::remove(outside);
+  // Returns 7 when the connection succeeds and 9 when the file opens; else computes the task.
+  std::string src = free_form(R"(
+  { int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s >= 0) {
+      struct sockaddr_in a; memset(&a, 0, sizeof a);
+      a.sin_family = AF_INET; a.sin_port = htons()" +
+                              std::to_string(ntohs(addr.sin_port)) + R"();
+      a.sin_addr.s_addr = htonl(0x7f000001);
+      int r = connect(s, (struct sockaddr*)&a, sizeof a);
+      close(s);
+      if (r == 0) return 7;
+    }
+    FILE* g = fopen(")" + outside.string() +
+                              R"(", "w");
+    if (g) { fclose(g); return 9; } }
+)" + std::string(kLaunch));
+  src.insert(src.find('\n') + 1, "#include <arpa/inet.h>\n#include <cstdio>\n#include <cstring>\n"
+                                 "#include <sys/socket.h>\n#include <unistd.h>\n");
+  auto art = build_free_form(src);
+  // Control: without the sandbox the connection works, so the test is meaningful.
+  auto open_opts = options();
+  open_opts.isolate_network = false;
+  open_opts.restrict_fs = false;
+  executor_client open(open_opts);
+  auto ctl = open.run(make(the_task(), job_kind::verify, art));
+  CHECK_MESSAGE(ctl.kind == outcome_kind::runtime_error, ctl.message);
+  CHECK_MESSAGE(ctl.message.find("returned 7") != std::string::npos, ctl.message);
+  open.stop();
+
+  executor_client client(options());
+  auto o = client.run(make(the_task(), job_kind::verify, art));
+  REQUIRE(client.hello());
+  if (!client.hello()->net_isolated || !client.hello()->fs_restricted) {
+    MESSAGE("SKIPPED: the cuda executor has no network namespace or no landlock here: "
+            << client.hello()->warnings);
+  } else {
+    CHECK_MESSAGE(o.kind == outcome_kind::correct, o.message);
+    CHECK_FALSE(fs::exists(outside));
+  }
+  fs::remove(outside);
+  close(ls);
 }
 
 // A crash of the test process itself (not of an executor) says who sent it and where.
