@@ -85,6 +85,7 @@ void read_learner_config(config_reader& r, learner_config& out) {
   out.minibatches = i32("minibatches", out.minibatches, 1, 1 << 20);
   out.device = r.string("learner.device", out.device);
   out.chunk_tokens = r.integer("learner.chunk_tokens", out.chunk_tokens, 1);
+  out.kl_every = i32("kl_every", out.kl_every, 0, 1 << 20);
   out.eta = i32("eta", out.eta, 0, 1 << 20);
   out.reward_placement =
       r.choice("learner.reward_placement", out.reward_placement, {"episode", "turn"});

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -14,8 +15,8 @@
 #include <map>
 #include <mutex>
 #include <poll.h>
-#include <spawn.h>
 #include <sstream>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,35 +40,63 @@ std::vector<std::string> split_words(const std::string& s) {
 
 struct run_result {
   int exit_code = -1; // -1: could not start or killed
+  int signal = 0;     // the signal that ended it, if one did
   bool timed_out = false;
   std::string log; // stdout and stderr together
 };
 
-// Spawns argv in its own process group (so a timeout kills the compiler's children too), reads
-// its output until EOF or the deadline.
-expected<run_result> run_captured(const std::vector<std::string>& args, double timeout_s) {
+struct spawn_limits {
+  int64_t address_space_bytes = 0; // RLIMIT_AS; 0: unlimited
+  int64_t file_size_bytes = 0;     // RLIMIT_FSIZE; 0: unlimited
+};
+
+// PATH lookup in the parent: after fork only async-signal-safe calls may run.
+std::string find_executable(const std::string& name) {
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+// Runs argv in its own process group (so a timeout kills the compiler's children too) under
+// `limits` (inherited by the compiler's children: cc1plus, as, cicc, ptxas), reads its output
+// until EOF or the deadline.
+expected<run_result> run_captured(const std::vector<std::string>& args, double timeout_s,
+                                  const spawn_limits& limits = {}) {
+  std::string exe = find_executable(args[0]);
+  if (exe.empty()) return error{"cannot start '" + args[0] + "': not found"};
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return error{std::string("pipe: ") + std::strerror(errno)};
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  close(fds[1]);
-  if (rc != 0) {
+  pid_t pid = fork();
+  if (pid < 0) {
     close(fds[0]);
-    return error{"cannot start '" + args[0] + "': " + std::strerror(rc)};
+    close(fds[1]);
+    return error{std::string("fork: ") + std::strerror(errno)};
   }
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    auto cap = [](int resource, int64_t bytes) {
+      if (bytes <= 0) return;
+      rlimit r{static_cast<rlim_t>(bytes), static_cast<rlim_t>(bytes)};
+      setrlimit(resource, &r);
+    };
+    cap(RLIMIT_AS, limits.address_space_bytes);
+    cap(RLIMIT_FSIZE, limits.file_size_bytes);
+    rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    execve(exe.c_str(), argv.data(), environ);
+    _exit(127);
+  }
+  close(fds[1]);
   run_result r;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   char buf[4096];
@@ -94,6 +123,7 @@ expected<run_result> run_captured(const std::vector<std::string>& args, double t
   while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
   }
   if (!r.timed_out && WIFEXITED(wstatus)) r.exit_code = WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) r.signal = WTERMSIG(wstatus);
   return r;
 }
 
@@ -137,6 +167,17 @@ std::string truncate_log(std::string log) {
   return log;
 }
 
+// A compiler (or one of its children) that hit a limit says so only indirectly: name the limits.
+std::string limit_hint(const run_result& r, const cpu_compile_options& opts) {
+  bool hit = r.signal != 0;
+  for (const char* sign : {"signal terminated program", "memory exhausted", "File size limit",
+                           "Cannot allocate memory", "out of memory"})
+    hit = hit || r.log.find(sign) != std::string::npos;
+  if (!hit) return "";
+  return " (limits: " + std::to_string(opts.memory_mib) + " MiB of address space, " +
+         std::to_string(opts.output_mib) + " MiB per file written)";
+}
+
 } // namespace
 
 expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_options& opts) {
@@ -168,7 +209,10 @@ expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_
   for (auto& w : split_words(opts.flags)) args.push_back(w);
   if (!opts.include_dir.empty()) args.push_back("-I" + opts.include_dir);
   args.insert(args.end(), {"-o", tmp_so, src_path});
-  auto r = run_captured(args, opts.timeout_s);
+  spawn_limits limits;
+  limits.address_space_bytes = opts.memory_mib << 20;
+  limits.file_size_bytes = opts.output_mib << 20;
+  auto r = run_captured(args, opts.timeout_s, limits);
   if (!r) return r.err();
   if (r->timed_out || r->exit_code != 0) {
     std::remove(tmp_so.c_str());
@@ -176,8 +220,10 @@ expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_
     if (r->timed_out)
       return error{opts.compiler + ": killed after " + std::to_string(opts.timeout_s) + " s (key " +
                    art.key + ")"};
-    return error{opts.compiler + " failed (exit " + std::to_string(r->exit_code) + ", key " +
-                 art.key + "):\n" + truncate_log(r->log)};
+    return error{opts.compiler + " failed (" +
+                 (r->signal ? "signal " + std::to_string(r->signal)
+                            : "exit " + std::to_string(r->exit_code)) +
+                 ", key " + art.key + ")" + limit_hint(*r, opts) + ":\n" + truncate_log(r->log)};
   }
   // Same key, same bytes: whichever concurrent compile renames last wins harmlessly.
   if (std::rename(tmp_so.c_str(), art.so_path.c_str()) != 0) {

@@ -1,5 +1,6 @@
-// Host-compiler path of the cpu backend: generated C++ source -> shared object, through a
-// content-addressed cache (key: source + compiler identity + flags), so a program compiles once.
+// Host-compiler path of the cpu backend (and nvcc's, for free-form cuda source): C++ source ->
+// shared object, through a content-addressed cache (key: source + compiler identity + flags), so
+// a program compiles once; the compiler runs under memory and file-size limits.
 //   source --cache lookup--> hit: .so path | miss: g++ -O3 -march=native -shared -> .so path
 #pragma once
 
@@ -16,6 +17,10 @@ struct cpu_compile_options {
   std::string flags = "-O3 -march=native -fPIC -shared -std=c++17 -fno-exceptions";
   std::string include_dir; // holds kiln_abi.h (the project's skills/ directory)
   double timeout_s = 60;   // a compile running longer is killed and reported
+  // Limits of the compiler process and its children (the source may be free-form, written by a
+  // policy): a template bomb or a gigabyte of static data is a compile error, not a lost node.
+  int64_t memory_mib = 8192; // RLIMIT_AS; 0: none
+  int64_t output_mib = 1024; // RLIMIT_FSIZE: the largest file the compiler may write; 0: none
 };
 
 struct cpu_artifact {

@@ -39,6 +39,7 @@ std::string to_json(const update_metrics& m) {
                       {"entropy", m.entropy},
                       {"clip_frac", m.clip_frac},
                       {"approx_kl", m.approx_kl},
+                      {"update_kl", m.update_kl >= 0 ? nlohmann::json(m.update_kl) : nullptr},
                       {"behav_kl", m.behav_kl},
                       {"behav_w_mean", m.behav_w_mean},
                       {"behav_capped", m.behav_capped},
@@ -498,6 +499,12 @@ expected<update_metrics> learner::update() {
     ++s.value_updates_done;
   else
     ++s.ppo_updates;
+  if (!value_only && updates > 0 && s.cfg.kl_every > 0 && s.ppo_updates % s.cfg.kl_every == 0) {
+    torch::NoGradGuard ng;
+    auto after = evaluate(s.model, all, s.cfg.temperature, s.cfg.chunk_tokens).logp;
+    auto lr = after - prox;
+    m.update_kl = ((lr.exp() - 1) - lr).mean().item<double>();
+  }
   {
     std::lock_guard<std::mutex> lock(s.mu);
     for (const auto& smp : batch) {

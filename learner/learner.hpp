@@ -31,6 +31,7 @@ struct update_metrics {
   int64_t version = 0, step = 0;
   size_t trajectories = 0, tokens = 0, model_tokens = 0;
   double loss = 0, pg_loss = 0, vf_loss = 0, entropy = 0, clip_frac = 0, approx_kl = 0;
+  double update_kl = -1; // KL(before || after) over the batch (k3), every kl_every; -1: not taken
   double behav_kl = 0, behav_w_mean = 0, behav_capped = 0;
   double lag_mean = 0, lag_max = 0; // learner version minus the token's behaviour version
   double reward_mean = 0, lr = 0, grad_norm = 0, seconds = 0;

@@ -35,6 +35,10 @@ struct learner_config {
   int batch_size = 32;
   int epochs = 1;
   int minibatches = 1;
+  // Every kl_every-th PPO update also measures update_kl, KL(before || after) over the batch: one
+  // more forward pass. approx_kl is taken before each optimizer step, so with one epoch and one
+  // minibatch it is 0 by construction; update_kl shows how far an update moved the policy.
+  int kl_every = 10; // 0: never
   // Forward chunks: trajectories sorted by length, at most this many padded tokens per chunk.
   int64_t chunk_tokens = 16384;
   // Staleness bound: trajectories whose oldest model token is more than eta versions behind the

@@ -37,7 +37,7 @@ fs::path make_run(const std::string& name) {
 
 } // namespace
 
-TEST_CASE("a run directory loads evals, summary and metric series; bad lines are counted") {
+TEST_CASE("a run directory loads evals, summary and metric series, bad lines are counted") {
   auto d = make_run("load");
   auto s = load_report_source(d.string());
   REQUIRE_MESSAGE(s, s.message());

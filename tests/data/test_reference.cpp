@@ -160,7 +160,7 @@ TEST_CASE("reductions, softmax, cumsum and layout") {
   near(run("dropout", {vec({1, 2}, {2})}, {{"p", 0.0}}), {1, 2});
 }
 
-TEST_CASE("params follow torch.nn init; inputs are deterministic per seed") {
+TEST_CASE("params follow torch.nn init, inputs are deterministic per seed") {
   task t = one_op("relu", {{4, 64}});
   t.ops.clear();
   tensor_decl w, bias;

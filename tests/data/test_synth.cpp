@@ -138,7 +138,7 @@ TEST_CASE("a structure in a dedup suite is never produced") {
   CHECK(gen.stats().suite_structures == 1);
 }
 
-TEST_CASE("a structure already accepted is rejected; a filtered one stays available") {
+TEST_CASE("a structure already accepted is rejected, a filtered one stays available") {
   synth_options o;
   o.seed = 5;
   o.max_ops = 1; // a small space: repeats are certain

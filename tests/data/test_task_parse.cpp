@@ -151,7 +151,7 @@ TEST_CASE("a bad line in a JSON Lines dataset does not stop the others") {
   CHECK(contains(set.errors[2].message, "already used"));
 }
 
-TEST_CASE("directories load recursively; bad files are reported, good ones kept") {
+TEST_CASE("directories load recursively, bad files are reported, good ones kept") {
   namespace fs = std::filesystem;
   auto dir = fs::temp_directory_path() / "kiln_test_task_set";
   fs::remove_all(dir);

@@ -118,7 +118,7 @@ const char* kCorrect = "  float v = x[i] + b[i % 1024];\n  y[i] = v > 0.f ? v : 
 } // namespace
 
 TEST_CASE(
-    "a correct kernel verifies and times; the hostile corpus fails and the client serves on") {
+    "a correct kernel verifies and times, the hostile corpus fails and the client serves on") {
   task t = the_task();
   executor_client client(options());
   auto good = build(source(kCorrect));

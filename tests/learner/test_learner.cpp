@@ -105,6 +105,30 @@ TEST_CASE(
   CHECK(max_abs_diff(scores(L, eps[0]), sc) > 1e-6); // the weights moved
 }
 
+TEST_CASE("learner: update_kl measures how far an update moved the policy, approx_kl cannot") {
+  spdlog::set_level(spdlog::level::warn);
+  auto cfg = tiny_config();
+  cfg.kl_every = 2;
+  auto l = learner::create(cfg, tasks());
+  REQUIRE(l);
+  auto& L = **l;
+  L.publish();
+  auto eps = episodes(L, 16, "kl", 3);
+  for (auto& t : eps) REQUIRE(L.offer(t) == offer_result::accepted);
+  auto first = L.update();
+  REQUIRE(first);
+  CHECK(first->update_kl == -1); // update 1 of every 2: not measured
+  CHECK(to_json(*first).find("\"update_kl\":null") != std::string::npos);
+  auto second = L.update();
+  REQUIRE(second);
+  // One epoch, one minibatch: the only step is taken at the proximal weights.
+  CHECK(second->approx_kl == doctest::Approx(0.0));
+  CHECK(second->clip_frac == doctest::Approx(0.0));
+  CHECK(std::isfinite(second->update_kl));
+  CHECK(second->update_kl > 0);
+  CHECK(to_json(*second).find("\"update_kl\":null") == std::string::npos);
+}
+
 TEST_CASE("learner: eta bounds staleness (eta = 0 is synchronous)") {
   spdlog::set_level(spdlog::level::warn);
   auto cfg = tiny_config();

@@ -45,7 +45,7 @@ TEST_CASE("admission: eta lets episodes run ahead by eta versions") {
   CHECK(admit_all(a) == 24);
 }
 
-TEST_CASE("admission: max_concurrent and total cap it; eta < 0 turns the bound off") {
+TEST_CASE("admission: max_concurrent and total cap it, eta < 0 turns the bound off") {
   admission_config c;
   c.max_concurrent = 10;
   c.eta = -1;

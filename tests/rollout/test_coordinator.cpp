@@ -46,7 +46,7 @@ caf::actor instant_pool(caf::actor_system& sys, std::shared_ptr<std::atomic<int>
 
 } // namespace
 
-TEST_CASE("coordinator: eta = 0 admits one batch per policy version; baselines once per task") {
+TEST_CASE("coordinator: eta = 0 admits one batch per policy version, baselines once per task") {
   test::caf_fixture f;
   auto baselines = std::make_shared<std::atomic<int>>(0);
   auto pool = instant_pool(*f.sys, baselines);
@@ -91,7 +91,7 @@ TEST_CASE("coordinator: eta = 0 admits one batch per policy version; baselines o
   for (auto& x : {coord, server, pool, sink}) self->send_exit(x, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("coordinator: backpressure from a sink nobody reads; nothing is dropped") {
+TEST_CASE("coordinator: backpressure from a sink nobody reads, nothing is dropped") {
   test::caf_fixture f;
   std::string endpoint = "ipc:///tmp/kiln-test-sink-" + std::to_string(::getpid());
   sink_config sc;
@@ -154,7 +154,7 @@ TEST_CASE("trajectory sink: a bad endpoint is an error naming it") {
   CHECK(sink.error.find("nonsense://x") != std::string::npos);
 }
 
-TEST_CASE("coordinator: stopping it ends its waiting episodes; shutdown does not hang") {
+TEST_CASE("coordinator: stopping it ends its waiting episodes, shutdown does not hang") {
   auto t0 = std::chrono::steady_clock::now();
   {
     test::caf_fixture f;

@@ -68,7 +68,7 @@ std::vector<std::string> words(const std::vector<int32_t>& ids, size_t from, siz
 
 } // namespace
 
-TEST_CASE("episode: turn limit -> truncated; the trajectory's layout") {
+TEST_CASE("episode: turn limit -> truncated, the trajectory's layout") {
   test::caf_fixture f;
   episode_config cfg;
   cfg.max_turns = 3;

@@ -54,7 +54,7 @@ TEST_CASE("grammar state: a token off the grammar is rejected and the state stay
 }
 
 TEST_CASE(
-    "builtin policies: random samples in the mask with logprob -log(#valid); expert replays") {
+    "builtin policies: random samples in the mask with logprob -log(#valid), expert replays") {
   const auto& t = test::task_named("gemm_multiply_leakyrelu");
   auto tables = std::make_shared<grammar_tables>(t);
   std::mt19937_64 rng(3);

@@ -148,7 +148,7 @@ TEST_CASE("policy server: a sequence joins a running batch and each leaves when 
   self->send_exit(server, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("policy server: weights swap between steps; every token carries its version") {
+TEST_CASE("policy server: weights swap between steps, every token carries its version") {
   test::caf_fixture f;
   auto log = std::make_shared<log_t>();
   auto server = spawn_policy_server(*f.sys, std::make_unique<scripted_policy>(log, 4));

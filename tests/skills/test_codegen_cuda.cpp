@@ -255,7 +255,7 @@ TEST_CASE("check_plan rejects broken plans") {
   CHECK(r.message().find("steps[0].kernel.args[0].buffer.kind") != std::string::npos);
 }
 
-TEST_CASE("nvrtc: errors carry the log; the cache answers the second time") {
+TEST_CASE("nvrtc: errors carry the log, the cache answers the second time") {
   auto bad =
       compile_nvrtc("extern \"C\" __global__ void k(float* p) { p[0] = undefined_thing; }\n");
   REQUIRE(!bad);
