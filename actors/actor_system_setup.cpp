@@ -2,6 +2,10 @@
 
 #include <caf/atom.hpp>
 #include <caf/io/middleman.hpp>
+#ifdef KILN_HAVE_TLS
+#include <caf/openssl/manager.hpp>
+#endif
+#include <filesystem>
 #include <thread>
 
 namespace kiln {
@@ -15,6 +19,31 @@ int configure_actor_system(caf::actor_system_config& cfg, const actor_settings& 
   cfg.set("logger.console", caf::atom("none"));
   if (s.middleman) cfg.load<caf::io::middleman>();
   return threads;
+}
+
+status enable_tls(caf::actor_system_config& cfg, const std::string& dir) {
+#ifdef KILN_HAVE_TLS
+  namespace fs = std::filesystem;
+  std::string files[3];
+  const char* names[3] = {"cert.pem", "key.pem", "ca.pem"};
+  for (int i = 0; i < 3; ++i) {
+    files[i] = (fs::path(dir) / names[i]).string();
+    if (!fs::is_regular_file(files[i]))
+      return error{"tls: " + files[i] +
+                   " is missing (a TLS directory holds cert.pem, key.pem and "
+                   "ca.pem)"};
+  }
+  cfg.openssl_certificate = files[0];
+  cfg.openssl_key = files[1];
+  cfg.openssl_cafile = files[2];
+  cfg.load<caf::openssl::manager>();
+  return ok();
+#else
+  (void)cfg;
+  return error{"tls " + dir +
+               ": this build has no TLS (caf_openssl or OpenSSL's headers were "
+               "missing at configure time)"};
+#endif
 }
 
 } // namespace kiln

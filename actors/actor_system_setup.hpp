@@ -3,6 +3,8 @@
 //   kiln config --make_actor_config--> caf::actor_system_config --> caf::actor_system
 #pragma once
 
+#include "data/expected.hpp"
+
 #include <caf/actor_system_config.hpp>
 #include <string>
 
@@ -17,5 +19,12 @@ struct actor_settings {
 // Fills `cfg` with the settings (scheduler.max-threads, scheduler.policy); returns the threads
 // used.
 int configure_actor_system(caf::actor_system_config& cfg, const actor_settings& s);
+
+// Mutual TLS for the middleman (caf_openssl): this side presents DIR/cert.pem with DIR/key.pem
+// and accepts only peers whose certificate DIR/ca.pem signed. Then `kiln node` publishes and
+// pool clients connect over TLS only (gpu_pool/pool_router.hpp). Call after
+// configure_actor_system with middleman = true; an error names a missing file, or says that this
+// build has no TLS.
+status enable_tls(caf::actor_system_config& cfg, const std::string& dir);
 
 } // namespace kiln

@@ -59,6 +59,16 @@ int cmd_eval(const common_args& common, const eval_args& args) {
   }
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, {common.threads, "sharing", !args.remote.empty()});
+  if (!args.tls_dir.empty()) {
+    if (args.remote.empty()) {
+      spdlog::error("--tls: goes with --remote (it secures the connections to kiln nodes)");
+      return 2;
+    }
+    if (auto st = enable_tls(sys_cfg, args.tls_dir); !st) {
+      spdlog::error("--{}", st.message());
+      return 2;
+    }
+  }
   register_rollout_messages(sys_cfg);
   caf::actor_system sys{sys_cfg};
   auto pool_actor = make_pool_actor(sys, *cfg, args.remote, !args.no_local);

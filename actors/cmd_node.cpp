@@ -11,6 +11,9 @@
 #include <atomic>
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman.hpp>
+#ifdef KILN_HAVE_TLS
+#include <caf/openssl/publish.hpp>
+#endif
 #include <caf/scoped_actor.hpp>
 #include <chrono>
 #include <csignal>
@@ -55,6 +58,17 @@ std::string ask_stats(caf::actor_system& sys, const caf::actor& pool) {
   return out;
 }
 
+// Over mutual TLS when the actor system loaded caf::openssl (enable_tls), plain BASP otherwise.
+caf::expected<uint16_t> publish_pool(caf::actor_system& sys, const caf::actor& pool, uint16_t port,
+                                     const std::string& bind, bool tls) {
+#ifdef KILN_HAVE_TLS
+  if (tls) return caf::openssl::publish(pool, port, bind.c_str(), true);
+#else
+  (void)tls;
+#endif
+  return sys.middleman().publish(pool, port, bind.c_str(), true);
+}
+
 } // namespace
 
 int cmd_node(const common_args& common, const node_args& args) {
@@ -68,24 +82,30 @@ int cmd_node(const common_args& common, const node_args& args) {
   }
   caf::actor_system_config sc;
   configure_actor_system(sc, {threads, "sharing", true});
+  const bool tls = !args.tls_dir.empty();
+  if (tls)
+    if (auto st = enable_tls(sc, args.tls_dir); !st) {
+      spdlog::error("kiln node: --{}", st.message());
+      return 2;
+    }
   caf::actor_system sys{sc};
   auto pool = spawn_device_pool(sys, *cfg);
-  auto port =
-      sys.middleman().publish(pool, static_cast<uint16_t>(args.port), args.bind.c_str(), true);
+  auto port = publish_pool(sys, pool, static_cast<uint16_t>(args.port), args.bind, tls);
   if (!port) {
     spdlog::error("kiln node: cannot listen on {}:{}: {}", args.bind, args.port,
                   sys.render(port.error()));
     caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
     return 2;
   }
-  if (args.bind != "127.0.0.1" && args.bind != "localhost" && args.bind != "::1")
-    spdlog::warn("kiln node: listening on {}: CAF's protocol has no authentication, so anyone who "
-                 "reaches this port can run jobs here; use it on a trusted network only",
+  if (!tls && args.bind != "127.0.0.1" && args.bind != "localhost" && args.bind != "::1")
+    spdlog::warn("kiln node: listening on {} without --tls: CAF's protocol has no authentication, "
+                 "so anyone who reaches this port can run jobs here",
                  args.bind);
   // One line on stdout that scripts can read the address from.
-  std::printf("kiln node: %s pool, %d device%s (%s), published at %s:%u\n", to_string(cfg->backend),
-              cfg->devices, cfg->devices == 1 ? "" : "s", cfg->device_name.c_str(),
-              args.bind.c_str(), static_cast<unsigned>(*port));
+  std::printf("kiln node: %s pool, %d device%s (%s), published at %s:%u%s\n",
+              to_string(cfg->backend), cfg->devices, cfg->devices == 1 ? "" : "s",
+              cfg->device_name.c_str(), args.bind.c_str(), static_cast<unsigned>(*port),
+              tls ? " (mutual TLS)" : "");
   std::fflush(stdout);
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
@@ -98,7 +118,9 @@ int cmd_node(const common_args& common, const node_args& args) {
       spdlog::info("kiln node: {}", stats_line(ask_stats(sys, pool)));
     }
   }
-  (void)sys.middleman().unpublish(pool, *port);
+  // CAF 0.17.6's caf::openssl::unpublish does not compile: a TLS node's listener closes with the
+  // actor system instead.
+  if (!tls) (void)sys.middleman().unpublish(pool, *port);
   std::printf("kiln node: stopped; %s\n", stats_line(ask_stats(sys, pool)).c_str());
   std::fflush(stdout);
   caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);

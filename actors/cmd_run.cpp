@@ -69,6 +69,9 @@ expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args
   caf::actor_system_config sys_cfg;
   configure_actor_system(
       sys_cfg, {common.threads > 0 ? common.threads : cfg.threads, "sharing", !cfg.remote.empty()});
+  if (!cfg.remote.empty() && !cfg.tls_dir.empty())
+    if (auto st = enable_tls(sys_cfg, cfg.tls_dir); !st)
+      return error{cfg.origin + ": key 'pool.tls': " + st.message()};
   caf::actor_system sys{sys_cfg};
   auto pool_actor = make_pool_actor(sys, *pool_cfg, cfg.remote, cfg.local_pool);
   if (!pool_actor) return error{cfg.origin + ": [pool]: " + pool_actor.message()};

@@ -60,6 +60,7 @@ struct node_args {
   std::string bind = "127.0.0.1"; // CAF's BASP has no authentication: loopback or a trusted net
   int port = 4710;                // 0: any free port (printed)
   double stats_s = 30;            // seconds between stats lines
+  std::string tls_dir;            // mutual TLS: cert.pem, key.pem, ca.pem (enable_tls)
 };
 int cmd_node(const common_args& common, const node_args& args);
 
@@ -77,6 +78,7 @@ struct eval_args {
   std::string baselines;           // torch.compile baselines file (rollout/baselines.hpp)
   std::vector<std::string> remote; // pools of `kiln node`s (HOST:PORT), beside or instead of ours
   bool no_local = false;           // with remote: no pool in this process
+  std::string tls_dir;             // with remote: connect over mutual TLS (enable_tls)
   int samples = 1;                 // episodes per task (pass@k); > 1 or turns > 1: via episodes
   int turns = 1;                   // turns per episode (outcomes fed back as observations)
   double temperature = -1;         // checkpoints: < 0 = greedy for 1 sample, 1.0 for more

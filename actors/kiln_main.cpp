@@ -69,6 +69,8 @@ int main(int argc, char** argv) {
   ev->add_option("--remote", eval.remote,
                  "a pool published by `kiln node` (HOST:PORT, repeatable)");
   ev->add_flag("--no-local", eval.no_local, "with --remote: evaluate on remote pools only");
+  ev->add_option("--tls", eval.tls_dir,
+                 "with --remote: mutual TLS, DIR holds cert.pem, key.pem and ca.pem");
   ev->add_option("--samples", eval.samples,
                  "episodes per task: a task counts as correct if any is (pass@k), its time is "
                  "the fastest correct one's")
@@ -97,6 +99,8 @@ int main(int argc, char** argv) {
   nd->add_option("--port", node.port, "TCP port (0: any free one, printed)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
+  nd->add_option("--tls", node.tls_dir,
+                 "mutual TLS: DIR holds cert.pem, key.pem and ca.pem (clients need the same CA)");
   nd->add_option("--stats-every", node.stats_s, "seconds between stats lines")
       ->capture_default_str();
 

@@ -28,6 +28,7 @@ expected<run_config> read_run_config(config_reader& r) {
   c.baselines = r.path("pool.baselines", "");
   c.remote = r.strings("pool.remote", {});
   c.local_pool = r.boolean("pool.local", true);
+  c.tls_dir = r.path("pool.tls", "");
   c.learner.seed = c.seed;
   c.learner.backend = c.backend;
   read_learner_config(r, c.learner);

@@ -38,6 +38,7 @@ struct run_config {
   std::vector<std::string>
       remote;             // pools of `kiln node`s (HOST:PORT) used beside / instead of ours
   bool local_pool = true; // false (with remote): no pool in this process
+  std::string tls_dir;    // with remote: connect over mutual TLS (cert.pem, key.pem, ca.pem)
   // [learner], [learner.model], [learner.ppo] (learner/learner_config.hpp)
   learner_config learner;
   // [rollout]: training episodes after validation (0: none). policy "model" hosts the learner

@@ -130,6 +130,8 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
 
   caf::actor_system_config sc;
   configure_actor_system(sc, {threads, "sharing", !cfg.remote.empty()});
+  if (!cfg.remote.empty() && !cfg.tls_dir.empty())
+    if (auto st = enable_tls(sc, cfg.tls_dir); !st) return error{"key 'pool.tls': " + st.message()};
   register_rollout_messages(sc);
   caf::actor_system sys{sc};
   // First: a remote pool that cannot be reached fails the run before anything else starts.

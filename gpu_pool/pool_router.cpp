@@ -5,6 +5,9 @@
 
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
+#ifdef KILN_HAVE_TLS
+#include <caf/openssl/remote_actor.hpp>
+#endif
 #include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 #include <nlohmann/json.hpp>
@@ -251,6 +254,19 @@ status describe_member(caf::actor_system& sys, pool_member& m, std::chrono::seco
   return result;
 }
 
+namespace {
+
+// Over TLS when this actor system loaded caf::openssl (actors/actor_system_setup.hpp).
+caf::expected<caf::actor> connect_actor(caf::actor_system& sys, const std::string& host,
+                                        uint16_t port) {
+#ifdef KILN_HAVE_TLS
+  if (sys.has_openssl_manager()) return caf::openssl::remote_actor(sys, host, port);
+#endif
+  return sys.middleman().remote_actor(host, port);
+}
+
+} // namespace
+
 expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& host_port,
                                    std::chrono::seconds timeout) {
   auto colon = host_port.rfind(':');
@@ -266,8 +282,14 @@ expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& ho
     port = 0;
   }
   if (port < 1 || port > 65535) return error{"pool node '" + host_port + "': bad port"};
-  auto a = sys.middleman().remote_actor(host, static_cast<uint16_t>(port));
-  if (!a) return error{"pool node " + host_port + ": cannot connect: " + sys.render(a.error())};
+  expected<caf::actor> a = error{"not connected"};
+  if (auto r = connect_actor(sys, host, static_cast<uint16_t>(port)))
+    a = *r;
+  else
+    a = error{sys.render(r.error())};
+  if (!a)
+    return error{"pool node " + host_port + ": cannot connect" +
+                 (sys.has_openssl_manager() ? " over TLS: " : ": ") + a.message()};
   pool_member m;
   m.pool = *a;
   m.name = host_port;
