@@ -27,7 +27,12 @@ public:
   const T* operator->() const { return &std::get<0>(v_); }
 
   const error& err() const { return std::get<1>(v_); }
-  const std::string& message() const { return std::get<1>(v_).message; }
+  // The error's message; "" when there is a value, so diagnostics (a test's REQUIRE_MESSAGE(x,
+  // x.message()) that doctest -s evaluates on success too) never throw.
+  const std::string& message() const {
+    static const std::string none;
+    return v_.index() == 1 ? std::get<1>(v_).message : none;
+  }
 
 private:
   std::variant<T, error> v_;
