@@ -55,7 +55,8 @@ check_result verify_kernel(const task& t, const std::vector<at::Tensor>& params,
 
 // Times the kernel. Two input sets alternate in the same buffers between trials (a kernel that
 // caches results by pointer gets stale answers), outputs are re-poisoned every trial, and the last
-// trial's outputs are checked against the reference afterwards.
+// trial's outputs are checked against the reference afterwards, then one more call on a third
+// fresh set in the same buffers.
 // `kernel` may return before its work is done: dev.clock waits for it.
 check_result time_kernel(const task& t, const std::vector<at::Tensor>& params,
                          const kernel_call& kernel, const timing_options& opts,
