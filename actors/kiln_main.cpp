@@ -189,8 +189,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   exe->add_option("--file-size-mib", exec.file_size_mib, "RLIMIT_FSIZE")->capture_default_str();
   exe->add_option("--threads", exec.threads, "kernel and LibTorch threads")->capture_default_str();
-  exe->add_option("--program-cache", exec.program_cache, "loaded programs kept")
-      ->capture_default_str();
+  exe->add_option("--kernel-host", exec.kernel_host, "kiln-kernel-host binary");
+  exe->add_option("--cgroup", exec.cgroup, "this executor's cgroup folder");
+  exe->add_flag("!--kernel-keeps-privileges", exec.kernel_drop_privileges,
+                "kernel hosts keep root (control tests)");
+  exe->add_flag("!--no-kernel-landlock", exec.kernel_landlock, "kernel hosts without landlock");
+  exe->add_flag("!--no-kernel-seccomp", exec.kernel_seccomp, "kernel hosts without seccomp");
   exe->add_flag("!--no-net-isolation", exec.isolate_network, "skip the network namespace");
   exe->add_flag("!--no-fs-restriction", exec.restrict_fs, "skip landlock");
   exe->add_flag("--drop-privileges", exec.drop_privileges, "when root, run as nobody");

@@ -1,6 +1,7 @@
 #include "gpu_pool/cpu_compiler.hpp"
 
 #include "data/task_hash.hpp"
+#include "gpu_pool/containment.hpp"
 
 #include <atomic>
 #include <cerrno>
@@ -12,6 +13,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <ftw.h>
 #include <map>
 #include <mutex>
 #include <poll.h>
@@ -48,6 +50,11 @@ struct run_result {
 struct spawn_limits {
   int64_t address_space_bytes = 0; // RLIMIT_AS; 0: unlimited
   int64_t file_size_bytes = 0;     // RLIMIT_FSIZE; 0: unlimited
+  // Containment prepared by the parent, enforced in the child before exec (nullptr: none).
+  const landlock_ruleset* landlock = nullptr;
+  const std::vector<sock_filter>* seccomp = nullptr;
+  std::string cwd;               // the child's working directory ("" = ours)
+  std::vector<std::string> env;  // replaces the environment when not empty
 };
 
 // PATH lookup in the parent: after fork only async-signal-safe calls may run.
@@ -74,6 +81,10 @@ expected<run_result> run_captured(const std::vector<std::string>& args, double t
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : limits.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  char** child_env = limits.env.empty() ? environ : envp.data();
   pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
@@ -93,7 +104,12 @@ expected<run_result> run_captured(const std::vector<std::string>& args, double t
     cap(RLIMIT_FSIZE, limits.file_size_bytes);
     rlimit no_core{0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
-    execve(exe.c_str(), argv.data(), environ);
+    if (!limits.cwd.empty() && chdir(limits.cwd.c_str()) != 0) _exit(125);
+    // The source may be a policy's: the compiler reads only the toolchain and the job's folder,
+    // and opens no socket.
+    if (limits.landlock && enforce_landlock(*limits.landlock) != 0) _exit(124);
+    if (limits.seccomp && enforce_seccomp(*limits.seccomp) != 0) _exit(124);
+    execve(exe.c_str(), argv.data(), child_env);
     _exit(127);
   }
   close(fds[1]);
@@ -162,6 +178,29 @@ status write_atomically(const std::string& path, const std::string& text) {
   return ok();
 }
 
+// Not std::filesystem::remove_all: LibTorch 2.11 interposes its own copy (executor_client.cpp).
+void remove_tree(const std::string& path) {
+  nftw(
+      path.c_str(),
+      [](const char* p, const struct stat*, int, struct FTW*) {
+        ::remove(p);
+        return 0;
+      },
+      16, FTW_DEPTH | FTW_PHYS);
+}
+
+// A fresh folder per compile under <cache>/jobs: the only place the compiler may write.
+expected<std::string> make_job_dir(const cpu_compile_options& opts) {
+  std::error_code ec;
+  fs::path root = fs::path(opts.cache_dir) / "jobs";
+  fs::create_directories(root, ec);
+  std::string tmpl = (root / "c-XXXXXX").string();
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  if (!mkdtemp(name.data())) return error{"cpu compile: mkdtemp " + tmpl + ": " + std::strerror(errno)};
+  return std::string(name.data());
+}
+
 std::string truncate_log(std::string log) {
   if (log.size() > max_log_bytes) log = log.substr(0, max_log_bytes) + "\n... (log truncated)";
   return log;
@@ -204,22 +243,59 @@ expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_
   auto start = std::chrono::steady_clock::now();
   std::string src_path = base + ".cpp";
   if (auto st = write_atomically(src_path, source); !st) return st.err();
-  std::string tmp_so = art.so_path + temp_suffix();
+  auto job_dir = make_job_dir(opts);
+  if (!job_dir) return job_dir.err();
+  struct dir_guard {
+    std::string d;
+    ~dir_guard() { remove_tree(d); }
+  } guard{*job_dir};
+  // The job's folder holds what the compiler may read besides the toolchain: the source (under a
+  // short name, so the log quotes "kernel.cpp:3:1", not our paths) and the ABI headers.
+  std::string ext = opts.compiler.find("nvcc") != std::string::npos ? ".cu" : ".cpp";
+  if (auto st = write_atomically(*job_dir + "/kernel" + ext, source); !st) return st.err();
+  if (!opts.include_dir.empty())
+    for (const char* h : {"kiln_abi.h", "kiln_cuda_abi.h"}) {
+      std::error_code ec;
+      fs::copy_file(fs::path(opts.include_dir) / h, fs::path(*job_dir) / h, ec);
+    }
   std::vector<std::string> args{opts.compiler};
   for (auto& w : split_words(opts.flags)) args.push_back(w);
-  if (!opts.include_dir.empty()) args.push_back("-I" + opts.include_dir);
-  args.insert(args.end(), {"-o", tmp_so, src_path});
+  args.insert(args.end(), {"-I.", "-o", "kernel.so", "kernel" + ext});
   spawn_limits limits;
   limits.address_space_bytes = opts.memory_mib << 20;
   limits.file_size_bytes = opts.output_mib << 20;
+  limits.cwd = *job_dir;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "TMPDIR=", 7) != 0) limits.env.push_back(*e);
+  limits.env.push_back("TMPDIR=" + *job_dir);
+  expected<landlock_ruleset> rules = error{"not asked for"};
+  expected<std::vector<sock_filter>> filter = error{"not asked for"};
+  if (opts.sandbox) {
+    landlock_paths paths;
+    paths.read_exec = system_read_paths();
+    paths.read_write = {*job_dir, "/dev/null"};
+    rules = prepare_landlock(paths);
+    if (rules) limits.landlock = &*rules;
+    filter = seccomp_program(seccomp_profile::compiler, getpid());
+    if (!filter) return error{"compiler sandbox: " + filter.message()};
+    limits.seccomp = &*filter;
+  }
   auto r = run_captured(args, opts.timeout_s, limits);
   if (!r) return r.err();
+  std::string tmp_so = art.so_path + temp_suffix();
+  if (!r->timed_out && r->exit_code == 0) {
+    std::error_code ec;
+    fs::rename(*job_dir + "/kernel.so", tmp_so, ec);
+    if (ec) fs::copy_file(*job_dir + "/kernel.so", tmp_so, ec);
+    if (ec) return error{"cpu compile: cannot move the object out of " + *job_dir + ": " + ec.message()};
+  }
   if (r->timed_out || r->exit_code != 0) {
-    std::remove(tmp_so.c_str());
     write_atomically(base + ".log", r->log);
     if (r->timed_out)
       return error{opts.compiler + ": killed after " + std::to_string(opts.timeout_s) + " s (key " +
                    art.key + ")"};
+    if (r->exit_code == 124)
+      return error{"compiler sandbox could not be applied (key " + art.key + ")"};
     return error{opts.compiler + " failed (" +
                  (r->signal ? "signal " + std::to_string(r->signal)
                             : "exit " + std::to_string(r->exit_code)) +

@@ -1,6 +1,7 @@
 // Host-compiler path of the cpu backend (and nvcc's, for free-form cuda source): C++ source ->
 // shared object, through a content-addressed cache (key: source + compiler identity + flags), so
-// a program compiles once; the compiler runs under memory and file-size limits.
+// a program compiles once; the compiler runs in a folder of its own under memory and file-size
+// limits, landlock and seccomp.
 //   source --cache lookup--> hit: .so path | miss: g++ -O3 -march=native -shared -> .so path
 #pragma once
 
@@ -21,6 +22,9 @@ struct cpu_compile_options {
   // policy): a template bomb or a gigabyte of static data is a compile error, not a lost node.
   int64_t memory_mib = 8192; // RLIMIT_AS; 0: none
   int64_t output_mib = 1024; // RLIMIT_FSIZE: the largest file the compiler may write; 0: none
+  // Landlock (reads: the toolchain and the job's folder; writes: that folder) and seccomp (no
+  // sockets) around the compiler: `#include "/etc/passwd"` and `.incbin` of a secret fail.
+  bool sandbox = true;
 };
 
 struct cpu_artifact {

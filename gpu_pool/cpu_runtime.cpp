@@ -2,7 +2,6 @@
 
 #include "skills/kiln_abi.h"
 
-#include <ATen/ATen.h>
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -10,6 +9,15 @@
 #include <dlfcn.h>
 #include <mutex>
 #include <thread>
+
+// The CBLAS entry point, declared here: its C ABI is fixed, while Debian's cblas.h is an
+// alternatives link that an unpacked package kit lacks.
+extern "C" void cblas_sgemm(int layout, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                            const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                            int ldc);
+namespace {
+constexpr int cblas_row_major = 101, cblas_no_trans = 111, cblas_trans = 112;
+}
 
 namespace kiln {
 
@@ -128,33 +136,21 @@ void host_parallel_for(const kiln_host* host, int64_t n, int64_t grain, kiln_ran
   host_pool().run(n, grain, fn, ctx);
 }
 
-// Row-major GEMM on LibTorch: each operand is a strided view over the caller's memory.
+// Row-major GEMM from the system BLAS: the library LibTorch's own CPU GEMM calls, so a kernel's
+// library GEMM runs the same code as the eager baseline's.
 void host_sgemm(const kiln_host* host, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                 float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                 float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  auto opts = at::TensorOptions().dtype(at::kFloat);
-  auto view = [&](const float* p, int64_t rows, int64_t cols, int64_t ld, bool trans) {
-    // Stored as [rows, cols] (or [cols, rows] when transposed) with row stride ld.
-    if (!trans) return at::from_blob(const_cast<float*>(p), {rows, cols}, {ld, 1}, opts);
-    return at::from_blob(const_cast<float*>(p), {cols, rows}, {ld, 1}, opts).t();
-  };
-  at::Tensor C = at::from_blob(c, {m, n}, {ldc, 1}, opts);
-  if (k <= 0) {
-    if (beta == 0)
-      C.zero_();
-    else
-      C.mul_(beta);
+  if (k <= 0) { // BLAS leaves C untouched when k = 0 only if beta = 1: scale it here
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : c[i * ldc + j] * beta;
     return;
   }
-  at::Tensor A = view(a, m, k, lda, trans_a != 0);
-  at::Tensor B = view(b, k, n, ldb, trans_b != 0);
-  if (beta == 0) {
-    at::mm_out(C, A, B);
-    if (alpha != 1) C.mul_(alpha);
-  } else {
-    at::addmm_out(C, C, A, B, beta, alpha);
-  }
+  cblas_sgemm(cblas_row_major, trans_a ? cblas_trans : cblas_no_trans,
+              trans_b ? cblas_trans : cblas_no_trans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
+              static_cast<int>(ldc));
 }
 
 void* host_alloc(const kiln_host* host, int64_t bytes) {
@@ -170,10 +166,13 @@ void* host_alloc(const kiln_host* host, int64_t bytes) {
 
 } // namespace
 
-void set_cpu_host_threads(int threads) {
-  std::lock_guard<std::mutex> lock(pool_mu);
-  pool_threads = threads;
-  pool.reset(); // rebuilt at the next use with the new size
+void start_cpu_host_threads(int threads) {
+  {
+    std::lock_guard<std::mutex> lock(pool_mu);
+    pool_threads = threads;
+    pool.reset();
+  }
+  host_pool(); // now: once the sandbox is in force no thread can be created
 }
 
 struct cpu_program::impl {
@@ -227,7 +226,7 @@ status cpu_program::run(const std::vector<const void*>& inputs,
   host.alloc = host_alloc;
   host.impl = &scratch;
   int rc = impl_->entry(&host, inputs.data(), params.data(), outputs.data());
-  if (rc != 0) return error{"cpu program: kiln_run returned " + std::to_string(rc)};
+  if (rc != 0) return error{"kiln_run returned non-zero"};
   return ok();
 }
 

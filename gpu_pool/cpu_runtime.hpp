@@ -1,6 +1,6 @@
 // Runs a compiled cpu program (a shared object exporting kiln_run, see skills/kiln_abi.h) with
-// the host services it expects: a thread pool, a library GEMM (LibTorch's) and scratch memory.
-// Used inside the executor process only: a crashing kernel takes that process down, not the pool.
+// the host services it expects: a thread pool, a library GEMM (the system BLAS) and scratch memory.
+// Used inside the kernel host only (no LibTorch there): a crashing kernel takes that process down.
 //   .so --dlopen--> kiln_run(host, inputs, params, outputs)
 #pragma once
 
@@ -20,7 +20,8 @@ public:
   cpu_program& operator=(cpu_program&&) noexcept;
   ~cpu_program();
 
-  // Returns kiln_run's code as an error when non-zero. Pointers in task declaration order.
+  // An error when kiln_run returns non-zero; its value is not reported (it would be a channel
+  // out of the sandbox). Pointers in task declaration order.
   status run(const std::vector<const void*>& inputs, const std::vector<const void*>& params,
              const std::vector<void*>& outputs) const;
 
@@ -30,7 +31,8 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
-// The process-wide host services (threads = 0: hardware cores).
-void set_cpu_host_threads(int threads);
+// Starts the process-wide host thread pool (threads = 0: hardware cores). Call before seccomp
+// forbids new threads.
+void start_cpu_host_threads(int threads);
 
 } // namespace kiln

@@ -5,9 +5,10 @@
 #include "data/reference.hpp"
 #include "data/task_check.hpp"
 #include "data/task_hash.hpp"
-#include "gpu_pool/cpu_runtime.hpp"
 #include "gpu_pool/frame.hpp"
+#include "gpu_pool/kernel_host_client.hpp"
 #include "gpu_pool/sandbox.hpp"
+#include "gpu_pool/shared_buffers.hpp"
 #include "gpu_pool/timing.hpp"
 #include "gpu_pool/verify.hpp"
 #ifdef KILN_HAVE_CUDA
@@ -19,55 +20,23 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <list>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace kiln {
 
-// Loaded programs, most recently used first; keyed by path + cache key (a rewritten path is a new
-// program).
-template <class Program>
-class program_cache {
-public:
-  explicit program_cache(size_t size) : size_(size) {}
-  expected<Program*> get(const artifact_ref& a) {
-    std::string k = a.path + "#" + a.key;
-    for (auto it = programs_.begin(); it != programs_.end(); ++it)
-      if (it->first == k) {
-        programs_.splice(programs_.begin(), programs_, it);
-        return &programs_.front().second;
-      }
-    auto p = Program::load(a.path);
-    if (!p) return p.err();
-    programs_.emplace_front(k, std::move(*p));
-    while (programs_.size() > size_) programs_.pop_back();
-    return &programs_.front().second;
-  }
-
-private:
-  size_t size_;
-  std::list<std::pair<std::string, Program>> programs_;
-};
-
 struct job_runner::impl {
+  kernel_host_options host_opts;
   int cuda_device = -1;
   std::unique_ptr<device_clocks> clocks;
-  program_cache<cpu_program> cpu_programs;
   std::string params_key;
-  std::vector<at::Tensor> params;
+  std::vector<at::Tensor> params, params_k;
   std::unique_ptr<cache_flusher> flusher;
   run_device dev;
-#ifdef KILN_HAVE_CUDA
-  program_cache<cuda_executable> cuda_programs;
-#endif
+  std::unique_ptr<kernel_host> spare; // started after a job, for the next one: never ran code
 
-  impl(size_t cache_size, int cuda)
-      : cuda_device(cuda), cpu_programs(cache_size)
-#ifdef KILN_HAVE_CUDA
-        ,
-        cuda_programs(cache_size)
-#endif
-  {
+  impl(kernel_host_options ho)
+      : host_opts(std::move(ho)), cuda_device(host_opts.cuda_device) {
 #ifdef KILN_HAVE_CUDA
     if (cuda_device >= 0) {
       flusher = std::make_unique<cuda_cache_flusher>();
@@ -87,66 +56,102 @@ struct job_runner::impl {
     std::string k = hash_hex(content_hash(t)) + ":" + std::to_string(seed);
     if (k != params_key) {
       params = make_params(t, seed, dev.device);
+      params_k = kernel_form(params);
       params_key = k;
     }
     return params;
   }
 
-  // verify_call finishes the kernel's work before it returns; timed_call only enqueues it on
-  // devices with a clock that waits (cuda).
+  expected<std::unique_ptr<kernel_host>> take_host() {
+    if (spare) return std::move(spare);
+    return kernel_host::start(host_opts);
+  }
+
+  // Output buffers from shape inference; argmax / argmin results are int64 (kiln_abi.h).
+  static std::vector<buffer_spec> output_specs(const task& t) {
+    std::vector<buffer_spec> outs;
+    for (const auto& name : t.outputs) {
+      auto ref = find_value(t, name);
+      bool integer = ref.k == value_ref::kind::op && t.ops[ref.index].is_index;
+      outs.push_back({name, value_shape(t, ref), integer ? at::kLong : at::kFloat});
+    }
+    return outs;
+  }
+
   check_result run(const job& j) {
     task t = j.spec;
-    if (auto st = check_task(t); !st) return failed("bad task: " + st.message());
+    if (auto st = check_task(t); !st) return failure(outcome_kind::runtime_error, "bad task: " + st.message());
     if (j.kind != job_kind::baseline && j.artifact.backend != backend())
-      return failed("backend '" + j.artifact.backend + "' is not served by this executor (" +
-                    backend() + ")");
+      return failure(outcome_kind::runtime_error, "backend '" + j.artifact.backend +
+                                                      "' is not served by this executor (" +
+                                                      backend() + ")");
     const auto& ps = params_for(t);
     if (j.kind == job_kind::baseline) {
       auto tm = time_reference(t, ps, j.timing, dev);
       note_clocks(tm);
       return tm;
     }
-
-    kernel_call verify_call, timed_call;
-    if (cuda_device < 0) {
-      auto prog = cpu_programs.get(j.artifact);
-      if (!prog) return failed(prog.message());
-      const cpu_program* p = *prog;
-      verify_call = [p](const std::vector<const void*>& in, const std::vector<const void*>& par,
-                        const std::vector<void*>& out) { return p->run(in, par, out); };
-      timed_call = verify_call;
-    } else {
-#ifdef KILN_HAVE_CUDA
-      auto prog = cuda_programs.get(j.artifact);
-      if (!prog) return failed(prog.message());
-      cuda_executable* p = *prog;
-      timed_call = [p](const std::vector<const void*>& in, const std::vector<const void*>& par,
-                       const std::vector<void*>& out) { return p->run(in, par, out); };
-      verify_call = [p](const std::vector<const void*>& in, const std::vector<const void*>& par,
-                        const std::vector<void*>& out) -> status {
-        auto st = p->run(in, par, out);
-        auto sync = cuda_synchronize();
-        return st ? sync : st;
-      };
-#endif
-    }
-    if (j.kind == job_kind::time) {
-      auto tm = time_kernel(t, ps, timed_call, j.timing, dev);
-      note_clocks(tm);
-      check_roofline(t, ps, j, verify_call, tm);
-      return tm;
-    }
     if (j.verify.checks < 1)
-      return failed("verify.checks must be at least 1"); // else nothing is checked
-    auto v = verify_kernel(t, ps, verify_call, j.verify, dev.device);
-    if (j.kind == job_kind::verify || v.kind != outcome_kind::correct) return v;
-    auto tm = time_kernel(t, ps, timed_call, j.timing, dev);
-    if (tm.kind == outcome_kind::correct) tm.message = v.message;
-    note_clocks(tm);
-    check_roofline(t, ps, j, verify_call, tm);
-    return tm;
+      return failure(outcome_kind::runtime_error, "verify.checks must be at least 1");
+    int64_t deadline = monotonic_ms() + static_cast<int64_t>(j.timeout_s * 1000);
+
+    auto host = take_host();
+    if (!host) return failure(outcome_kind::runtime_error, host.message());
+    auto result = run_in(**host, t, ps, j, deadline);
+    if (int alive = (*host)->kill_all(); alive > 0 && result.kind == outcome_kind::correct)
+      result = failure(outcome_kind::runtime_error,
+                       "a process of the kernel's outlived its job (killed)");
+    // The next job's host starts now, while this outcome travels back.
+    if (auto next = kernel_host::start(host_opts)) spare = std::move(*next);
+    return result;
   }
 
+  check_result run_in(kernel_host& host, const task& t, const std::vector<at::Tensor>& ps,
+                      const job& j, int64_t deadline) {
+    // Inputs and params reach kernels as float32 (kernel_form), in their declared shapes.
+    auto specs = [](const std::vector<tensor_decl>& decls) {
+      std::vector<buffer_spec> out;
+      for (const auto& d : decls) out.push_back({d.name, d.shape, at::kFloat});
+      return out;
+    };
+    auto outs = output_specs(t);
+    auto bufs = shared_buffers::create(specs(t.inputs), specs(t.params), outs, dev.device);
+    if (!bufs) return failure(outcome_kind::runtime_error, bufs.message());
+    for (size_t i = 0; i < params_k.size(); ++i) (*bufs)->params()[i].data.copy_(params_k[i]);
+    if (auto st = host.set_layout(**bufs, deadline); !st)
+      return failure(outcome_kind::runtime_error, st.message());
+    job_context c;
+    c.t = &t;
+    c.ref_params = &ps;
+    c.params = &params_k;
+    c.host = &host;
+    c.buffers = bufs->get();
+    c.dev = &dev;
+    c.deadline_ms = deadline;
+    c.threads = host_opts.cuda_device >= 0 ? 1 : std::max(1, host_opts.threads);
+    bool times = j.kind == job_kind::time || j.kind == job_kind::evaluate;
+    if (auto bad = calibrate(c, times ? 16 : 12, times ? j.timing.flush_bytes : 0)) return *bad;
+    auto loaded = host.load(j.artifact, deadline);
+    if (loaded.failure != call_failure::none)
+      return failure(loaded.failure == call_failure::timeout ? outcome_kind::timeout
+                                                             : outcome_kind::runtime_error,
+                     "loading the kernel: " + loaded.why);
+    if (loaded.code != kh_code::ok) return failure(outcome_kind::runtime_error, loaded.text);
+
+    if (j.kind == job_kind::time) {
+      auto tm = time_kernel(c, j.timing);
+      note_clocks(tm);
+      check_roofline(c, j, tm);
+      return tm;
+    }
+    auto v = verify_kernel(c, j.verify);
+    if (j.kind == job_kind::verify || v.kind != outcome_kind::correct) return v;
+    auto tm = time_kernel(c, j.timing);
+    if (tm.kind == outcome_kind::correct) tm.message = v.message;
+    note_clocks(tm);
+    check_roofline(c, j, tm);
+    return tm;
+  }
   // Clocks right after the last trial, while the device still runs at its loaded clocks; a
   // throttled timing is kept (it is what the device did) but said so.
   void note_clocks(check_result& tm) {
@@ -191,12 +196,11 @@ struct job_runner::impl {
 
   // A kernel timed at more than twice the copy bandwidth over its compulsory bytes is physically
   // implausible: something is cached or skipped. Re-verify on fresh inputs; keep but flag it.
-  void check_roofline(const task& t, const std::vector<at::Tensor>& ps, const job& j,
-                      const kernel_call& verify_call, check_result& tm) {
+  void check_roofline(job_context& c, const job& j, check_result& tm) {
     if (tm.kind != outcome_kind::correct || !tm.time) return;
     double gbps = bandwidth_gbps(j);
     if (gbps <= 0) return;
-    double bound_ms = static_cast<double>(compulsory_bytes(t)) / (gbps * 1e6);
+    double bound_ms = static_cast<double>(compulsory_bytes(*c.t)) / (gbps * 1e6);
     tm.time->roofline_ms = bound_ms;
     if (tm.time->median_ms >= 0.5 * bound_ms) return;
     char what[160];
@@ -205,7 +209,7 @@ struct job_runner::impl {
                   tm.time->median_ms, bound_ms, gbps);
     verify_options again;
     again.checks = std::max(5, j.verify.checks);
-    auto v = verify_kernel(t, ps, verify_call, again, dev.device);
+    auto v = verify_kernel(c, again);
     if (v.kind != outcome_kind::correct) {
       v.message = std::string(what) + ", and re-verification failed: " + v.message;
       tm = v;
@@ -215,29 +219,10 @@ struct job_runner::impl {
     tm.message += (tm.message.empty() ? "" : "; ") + std::string(what) +
                   ": re-verified on fresh inputs, flagged";
   }
-
-  // A kernel fault (illegal address, launch failure) leaves the CUDA context unusable.
-  bool device_damaged() {
-#ifdef KILN_HAVE_CUDA
-    if (cuda_device >= 0) {
-      bool sticky = false;
-      (void)cuda_synchronize(&sticky);
-      return sticky;
-    }
-#endif
-    return false;
-  }
-
-  static check_result failed(std::string m) {
-    check_result r;
-    r.kind = outcome_kind::runtime_error;
-    r.message = std::move(m);
-    return r;
-  }
 };
 
-job_runner::job_runner(int program_cache, int cuda_device, std::unique_ptr<device_clocks> clocks)
-    : impl_(std::make_unique<impl>(static_cast<size_t>(std::max(1, program_cache)), cuda_device)) {
+job_runner::job_runner(kernel_host_options host, std::unique_ptr<device_clocks> clocks)
+    : impl_(std::make_unique<impl>(std::move(host))) {
   impl_->clocks = std::move(clocks);
 }
 job_runner::~job_runner() = default;
@@ -251,20 +236,34 @@ outcome job_runner::run(const job& j) {
     o.message = std::move(r.message);
     o.error = r.error;
     o.time = r.time;
-    o.retire = r.retire;
   } catch (const std::exception& e) {
     // c10::Error from a LibTorch call (bad shapes, out of memory) lands here.
     o.kind = outcome_kind::runtime_error;
     std::string what = e.what();
     o.message = "exception: " + what.substr(0, what.find('\n'));
   }
-  if (impl_->device_damaged()) {
-    o.retire = true;
-    o.message += " (the CUDA context is damaged: this executor retires)";
-  }
   o.device_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return o;
+}
+
+std::string job_runner::clocks_description() const {
+  return impl_->clocks ? impl_->clocks->describe() : std::string();
+}
+
+// A throwaway host with one small buffer: what the sandbox gives kernels here (for the hello),
+// and a start-up failure seen now rather than on every job.
+expected<std::string> job_runner::prepare_host() {
+  auto& im = *impl_;
+  auto bufs = shared_buffers::create({}, {}, {{"probe", {16}, at::kFloat}}, im.dev.device);
+  if (!bufs) return bufs.err();
+  auto h = kernel_host::start(im.host_opts);
+  if (!h) return h.err();
+  if (auto st = (*h)->set_layout(**bufs, monotonic_ms()); !st) return st.err();
+  std::string facts = describe((*h)->ready());
+  (*h)->kill_all();
+  if (auto next = kernel_host::start(im.host_opts)) im.spare = std::move(*next);
+  return facts;
 }
 
 namespace {
@@ -293,10 +292,13 @@ int executor_main(const executor_args& args) {
   sandbox_options so;
   so.scratch_dir = args.scratch;
   so.address_space_mib = args.address_space_mib;
-  so.file_size_mib = args.file_size_mib;
+  // The job buffers are a memfd, a file as far as RLIMIT_FSIZE goes; the limit protects against
+  // kernels, and they run in the kernel host, which keeps it.
+  so.file_size_mib = 0;
   so.isolate_network = args.isolate_network;
   so.restrict_fs = args.restrict_fs;
   so.drop_privileges = args.drop_privileges;
+  if (!args.cgroup.empty()) so.writable.push_back(args.cgroup);
   std::vector<std::string> notes;
   std::unique_ptr<device_clocks> clocks =
       args.cuda_device >= 0 ? nullptr : device_clocks::open_cpu();
@@ -334,7 +336,28 @@ int executor_main(const executor_args& args) {
     std::fprintf(stderr, "kiln executor: warning: %s\n", w.c_str());
 
   at::set_num_threads(std::max(1, args.threads));
-  set_cpu_host_threads(std::max(1, args.threads));
+
+  // Kernel hosts running as nobody reach their folders inside ours: traverse, not list.
+  chmod(args.scratch.c_str(), 0711);
+  kernel_host_options ho;
+  ho.binary = args.kernel_host.empty() ? default_kernel_host_binary("/proc/self/exe")
+                                       : args.kernel_host;
+  ho.scratch_root = args.scratch;
+  ho.threads = std::max(1, args.threads);
+  ho.cuda_device = args.cuda_device;
+  ho.drop_privileges = args.kernel_drop_privileges;
+  ho.landlock = args.kernel_landlock;
+  ho.seccomp = args.kernel_seccomp;
+  ho.address_space_mib = args.address_space_mib;
+  ho.file_size_mib = args.file_size_mib;
+  ho.cgroup_parent = args.cgroup;
+  job_runner runner(ho, std::move(clocks));
+  // A kernel host that cannot start would fail every job: fail the executor's start instead.
+  auto facts = runner.prepare_host();
+  if (!facts) {
+    std::fprintf(stderr, "kiln executor: %s\n", facts.message().c_str());
+    return 3;
+  }
 
   executor_hello hello;
   hello.pid = getpid();
@@ -344,16 +367,13 @@ int executor_main(const executor_args& args) {
   hello.landlock_abi = sb->landlock_abi;
   hello.scratch = args.scratch;
   hello.warnings = join(sb->warnings);
-  if (clocks) hello.clocks = clocks->describe();
-#ifdef KILN_HAVE_CUDA
-  if (args.cuda_device >= 0) hello.drain_slack_ms = cuda_drain_slack_ms();
-#endif
+  hello.clocks = runner.clocks_description();
+  hello.kernel_host = *facts;
   if (auto st = write_frame(args.fd, encode(hello)); !st) {
     std::fprintf(stderr, "kiln executor: cannot send hello: %s\n", st.message().c_str());
     return 4;
   }
 
-  job_runner runner(args.program_cache, args.cuda_device, std::move(clocks));
   for (;;) {
     auto f = read_frame(args.fd);
     if (f.status == frame_status::eof) return 0; // the client is done with us
@@ -367,15 +387,15 @@ int executor_main(const executor_args& args) {
       o.kind = outcome_kind::runtime_error;
       o.message = "executor: " + j.message();
     } else {
-      // CPU time sums over threads: allow the wall-clock budget on every thread, plus slack.
-      set_cpu_budget(j->timeout_s * std::max(1, args.threads) + 5);
+      // No RLIMIT_CPU backstop here: a kernel host would inherit it, and an armed process CPU
+      // timer makes its CPU clock read stale by up to a tick (the outside-a-call check needs it
+      // exact). The client's wall-clock deadline bounds the job.
       o = runner.run(*j);
     }
     if (auto st = write_frame(args.fd, encode(o)); !st) {
       std::fprintf(stderr, "kiln executor: cannot send outcome: %s\n", st.message().c_str());
       return 4;
     }
-    if (o.retire) return 0;
   }
 }
 

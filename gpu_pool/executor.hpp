@@ -1,11 +1,12 @@
-// The executor process (child side): a loop that reads a job frame, runs it, writes an outcome
-// frame.
-//   executor_client --job frame (fd)--> executor_main --verify / time / baseline--> outcome frame
-// It is disposable: generated code runs in it, so a crash or hang costs this process, not the pool.
+// The executor process (child side, trusted): a loop that reads a job frame, runs it, writes an
+// outcome frame. It holds the references, verification, timing and the verdict; the kernel runs
+// in a kernel host process of its own per job (gpu_pool/kernel_host_client.hpp), never here.
+//   executor_client --job frame (fd)--> executor_main --kernel host per job--> outcome frame
 #pragma once
 
 #include "gpu_pool/device_clocks.hpp"
 #include "gpu_pool/job.hpp"
+#include "gpu_pool/kernel_host_client.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -22,22 +23,24 @@ struct executor_args {
   bool restrict_fs = true;      // landlock where the kernel has it
   bool drop_privileges = false; // root only: run as nobody
   int threads = 1;              // LibTorch intra-op and kiln_host threads
-  int program_cache = 4;        // loaded programs kept between jobs
   int cuda_device = -1;         // >= 0: serve the cuda backend on this device
+  std::string kernel_host;      // kiln-kernel-host (default: beside this binary)
+  bool kernel_drop_privileges = true; // root only: kernel hosts run as nobody
+  bool kernel_landlock = true;        // off only for control tests
+  bool kernel_seccomp = true;         // off only for control tests
+  std::string cgroup;                 // this executor's cgroup folder: kernel hosts get one inside
 };
 
 // `kiln executor`: applies the sandbox, sends a hello frame, then serves jobs until EOF.
 // Returns the process exit code (0 on a clean EOF).
 int executor_main(const executor_args& args);
 
-// Runs jobs in the calling process: the part of executor_main after the sandbox. No isolation:
-// for tests of verification logic and for tools that accept the risk.
+// Runs jobs: baselines in this process, kernels in a fresh kernel host per job.
 class job_runner {
 public:
-  // cuda_device >= 0: cuda jobs on that device (cuda_open_device must have succeeded). `clocks`
-  // (optional) is sampled after every timing.
-  explicit job_runner(int program_cache = 4, int cuda_device = -1,
-                      std::unique_ptr<device_clocks> clocks = nullptr);
+  // `clocks` (optional) is sampled after every timing. On cuda, cuda_open_device must have
+  // succeeded for host.cuda_device.
+  explicit job_runner(kernel_host_options host, std::unique_ptr<device_clocks> clocks = nullptr);
   ~job_runner();
   job_runner(const job_runner&) = delete;
   job_runner& operator=(const job_runner&) = delete;
@@ -45,6 +48,9 @@ public:
   // Never throws; every failure is an outcome. device_ms is filled, queue/compile copied from the
   // job.
   outcome run(const job& j);
+  // Starts the kernel host the next job will use and waits for it: what its sandbox is.
+  expected<std::string> prepare_host();
+  std::string clocks_description() const;
 
 private:
   struct impl;

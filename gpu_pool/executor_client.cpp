@@ -3,6 +3,7 @@
 #include "gpu_pool/executor_client.hpp"
 
 #include "gpu_pool/frame.hpp"
+#include "gpu_pool/kernel_host_client.hpp"
 
 #include <cerrno>
 #include <csignal>
@@ -15,6 +16,7 @@
 #include <random>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -105,6 +107,25 @@ status executor_client::start_once() {
   if (!opts_.isolate_network) args.push_back("--no-net-isolation");
   if (!opts_.restrict_fs) args.push_back("--no-fs-restriction");
   if (opts_.drop_privileges) args.push_back("--drop-privileges");
+  std::string host_bin = opts_.kernel_host_path.empty() ? default_kernel_host_binary(exe)
+                                                        : opts_.kernel_host_path;
+  args.push_back("--kernel-host");
+  args.push_back(host_bin);
+  if (!opts_.kernel_drop_privileges) args.push_back("--kernel-keeps-privileges");
+  if (!opts_.kernel_landlock) args.push_back("--no-kernel-landlock");
+  if (!opts_.kernel_seccomp) args.push_back("--no-kernel-seccomp");
+  if (opts_.cgroups && !cgroup2_root().empty()) {
+    std::string parent = cgroup2_root() + "/kiln";
+    mkdir(parent.c_str(), 0755);
+    if (auto g = job_cgroup::create(parent, "exec-")) {
+      cgroup_ = std::move(*g);
+      // An executor that drops to nobody creates its kernel hosts' folders itself: delegate.
+      if (opts_.drop_privileges && geteuid() == 0) cgroup_.delegate(65534);
+      args.push_back("--cgroup");
+      args.push_back(cgroup_.path());
+    }
+  }
+  int cg_fd = cgroup_.procs_fd();
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -128,6 +149,7 @@ status executor_client::start_once() {
     setpgid(0, 0); // its own group: a kill reaches anything the kernel forked
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(126);
+    if (cg_fd >= 0 && write(cg_fd, "0", 1) != 1) _exit(126);
     if (sv[1] == 3) {
       fcntl(3, F_SETFD, 0);
     } else {
@@ -216,6 +238,7 @@ executor_client::exit_info executor_client::kill_and_reap(bool wait_first) {
   }
   pid_ = -1;
   hello_.reset();
+  cgroup_.kill_all(); // whatever the executor's kernel hosts left behind
   if (!scratch_.empty()) {
     remove_tree(scratch_);
     scratch_.clear();

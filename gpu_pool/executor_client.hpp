@@ -6,6 +6,7 @@
 
 #include "data/expected.hpp"
 #include "gpu_pool/job.hpp"
+#include "gpu_pool/job_cgroup.hpp"
 
 #include <optional>
 #include <random>
@@ -25,6 +26,12 @@ struct executor_options {
       false; // root only; artifacts and the scratch root must be readable by nobody
   int threads = 1;
   int cuda_device = -1;        // >= 0: a cuda executor on this device
+  // The kernel hosts the executor starts, one per job (gpu_pool/kernel_host_client.hpp).
+  std::string kernel_host_path;       // default: kiln-kernel-host beside kiln_path
+  bool kernel_drop_privileges = true; // root only: kernel hosts run as nobody
+  bool kernel_landlock = true;        // false only for control tests (the attack must work)
+  bool kernel_seccomp = true;
+  bool cgroups = true; // a cgroup v2 folder per executor and per kernel host, where writable
   double start_timeout_s = 60; // spawn until hello (LibTorch start-up)
   double grace_s = 2;          // added to job.timeout_s for the reply to arrive
   std::string log_level = "warn";
@@ -76,6 +83,7 @@ private:
   bool pending_recover_ = false;
   bool exec_failed_ = false; // the last start died with exit code 127 (exec failed)
   std::mt19937_64 nonce_{std::random_device{}()};
+  job_cgroup cgroup_; // the executor and its kernel hosts; killed with the executor
 };
 
 // "signal 11 (SIGSEGV)"

@@ -35,6 +35,8 @@ const char* to_string(outcome_kind k) {
 
 bool is_failure(outcome_kind k) { return k != outcome_kind::correct; }
 
+bool timing_suspect(const timings& t) { return t.beyond_roofline || t.clocks.throttled; }
+
 outcome make_outcome(const job& j, outcome_kind k, std::string message) {
   outcome o;
   o.job_id = j.id;
@@ -221,7 +223,7 @@ std::string encode(const job& j) {
   key(p, "determinism");
   p.pack(j.verify.check_determinism);
   key(p, "timing");
-  p.pack_map(7);
+  p.pack_map(8);
   key(p, "warmup");
   p.pack(j.timing.warmup);
   key(p, "min_trials");
@@ -236,6 +238,8 @@ std::string encode(const job& j) {
   p.pack(j.timing.flush_bytes);
   key(p, "roofline_gbps");
   p.pack(j.timing.roofline_gbps);
+  key(p, "checked_trials");
+  p.pack(j.timing.checked_trials);
   key(p, "timeout_s");
   p.pack(j.timeout_s);
   key(p, "queue_ms");
@@ -272,6 +276,7 @@ expected<job> decode_job(const std::string& bytes) {
     j.timing.time_cap_ms = t2.f64("time_cap_ms");
     j.timing.flush_bytes = t2.i64("flush_bytes");
     j.timing.roofline_gbps = t2.f64("roofline_gbps", false);
+    j.timing.checked_trials = t2.i32("checked_trials", false, timing_options{}.checked_trials);
     if (!(j.timing.roofline_gbps >= 0)) m.fail("timing.roofline_gbps must be >= 0");
     j.timeout_s = m.f64("timeout_s");
     j.queue_ms = m.f64("queue_ms");
@@ -283,6 +288,8 @@ expected<job> decode_job(const std::string& bytes) {
       m.fail("timing trials out of range (1 <= min_trials <= max_trials <= 100000)");
     if (j.timing.flush_bytes < 0 || j.timing.flush_bytes > (int64_t{1} << 32))
       m.fail("timing.flush_bytes out of range");
+    if (j.timing.checked_trials < 1 || j.timing.checked_trials > 64)
+      m.fail("timing.checked_trials out of range [1, 64]");
     if (!(j.timing.time_cap_ms >= 0) || !(j.timing.cv_target >= 0))
       m.fail("timing cap / cv target must be >= 0");
     return j;
@@ -325,7 +332,7 @@ std::string encode(const outcome& o) {
   }
   key(p, "time");
   if (o.time) {
-    p.pack_map(7);
+    p.pack_map(10);
     key(p, "median_ms");
     p.pack(o.time->median_ms);
     key(p, "cv");
@@ -338,6 +345,12 @@ std::string encode(const outcome& o) {
     p.pack(o.time->roofline_ms);
     key(p, "beyond_roofline");
     p.pack(o.time->beyond_roofline);
+    key(p, "overhead_ms");
+    p.pack(o.time->overhead_ms);
+    key(p, "bound_ms");
+    p.pack(o.time->bound_ms);
+    key(p, "checked");
+    p.pack(o.time->checked);
     const auto& c = o.time->clocks;
     key(p, "clocks");
     p.pack_map(6);
@@ -398,6 +411,9 @@ expected<outcome> decode_outcome(const std::string& bytes) {
       tm.min_ms = t.f64("min_ms");
       tm.roofline_ms = t.f64("roofline_ms", false);
       tm.beyond_roofline = t.boolean("beyond_roofline", false);
+      tm.overhead_ms = t.f64("overhead_ms", false);
+      tm.bound_ms = t.f64("bound_ms", false);
+      tm.checked = t.i32("checked", false);
       if (t.has("clocks")) {
         auto c = t.sub("clocks");
         tm.clocks.sm_mhz = c.i32("sm_mhz", false);
@@ -420,11 +436,13 @@ expected<outcome> decode_outcome(const std::string& bytes) {
 std::string encode(const executor_hello& h) {
   msgpack::sbuffer buf;
   packer p(buf);
-  p.pack_map(11);
+  p.pack_map(12);
   key(p, "v");
   p.pack(wire_version);
   key(p, "type");
   p.pack(std::string_view("hello"));
+  key(p, "kernel_host");
+  p.pack(h.kernel_host);
   key(p, "clocks");
   p.pack(h.clocks);
   key(p, "drain_slack_ms");
@@ -460,6 +478,7 @@ expected<executor_hello> decode_hello(const std::string& bytes) {
                                        h.warnings = m.str("warnings");
                                        h.clocks = m.str("clocks", false);
                                        h.drain_slack_ms = m.f64("drain_slack_ms", false);
+                                       h.kernel_host = m.str("kernel_host", false);
                                        return h;
                                      });
 }

@@ -52,7 +52,8 @@ constexpr uint64_t ll_scope_abstract_unix = 1ull << 0, ll_scope_signal = 1ull <<
 
 // Writes (create, modify, delete, rename) only beneath `scratch` and to /dev/null; no TCP bind or
 // connect (ABI >= 4); no signals to processes outside the executor, such as the pool (ABI >= 6).
-expected<int> restrict_with_landlock(const std::string& scratch) {
+expected<int> restrict_with_landlock(const std::string& scratch,
+                                     const std::vector<std::string>& writable) {
 #ifdef SYS_landlock_create_ruleset
   long abi = syscall(SYS_landlock_create_ruleset, nullptr, 0, ll_create_ruleset_version);
   if (abi < 1) return error{"landlock unavailable: " + errno_text()};
@@ -85,6 +86,8 @@ expected<int> restrict_with_landlock(const std::string& scratch) {
     return ok();
   };
   status st = allow(scratch.c_str(), writes);
+  for (const auto& w : writable)
+    if (st) st = allow(w.c_str(), writes);
   if (st) st = allow("/dev/null", ll_fs_write_file | (abi >= 3 ? ll_fs_truncate : 0));
   if (st && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
     st = error{"PR_SET_NO_NEW_PRIVS: " + errno_text()};
@@ -150,7 +153,7 @@ expected<sandbox_state> apply_sandbox(const sandbox_options& opts) {
   }
 
   if (opts.restrict_fs) {
-    if (auto s = restrict_with_landlock(opts.scratch_dir); s) {
+    if (auto s = restrict_with_landlock(opts.scratch_dir, opts.writable); s) {
       st.fs_restricted = true;
       st.landlock_abi = *s;
     } else {
@@ -159,19 +162,6 @@ expected<sandbox_state> apply_sandbox(const sandbox_options& opts) {
   }
   st.uid = static_cast<int64_t>(geteuid());
   return st;
-}
-
-void set_cpu_budget(double seconds) {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  double used =
-      ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-  rlimit cur{};
-  getrlimit(RLIMIT_CPU, &cur);
-  rlim_t soft = static_cast<rlim_t>(used + seconds) + 1;
-  if (cur.rlim_max != RLIM_INFINITY && soft > cur.rlim_max) soft = cur.rlim_max;
-  rlimit lim{soft, cur.rlim_max};
-  setrlimit(RLIMIT_CPU, &lim);
 }
 
 } // namespace kiln

@@ -18,6 +18,7 @@ struct sandbox_options {
   bool isolate_network = true;       // unshare(CLONE_NEWNET) (no interfaces but a down loopback)
   bool restrict_fs = true; // landlock: writes only under scratch_dir (+ TCP and signal scoping)
   bool drop_privileges = false; // when root: become nobody (65534); artifacts must stay readable
+  std::vector<std::string> writable; // more folders landlock lets it write in (its cgroup)
   // Runs after the network namespace and before the uid drop and landlock: opens what later layers
   // would forbid (the cuda backend's /dev/nvidia* devices). Its failure fails the sandbox.
   std::function<status()> open_devices;
@@ -35,8 +36,5 @@ struct sandbox_state {
 // optional layers that the kernel refuses become warnings.
 expected<sandbox_state> apply_sandbox(const sandbox_options& opts);
 
-// Per-job CPU time: RLIMIT_CPU soft limit = CPU used so far + seconds (SIGXCPU beyond it).
-// A backstop for the client's wall-clock deadline (CPU time sums over threads).
-void set_cpu_budget(double seconds);
 
 } // namespace kiln

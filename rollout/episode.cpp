@@ -151,7 +151,10 @@ void on_outcome(episode_actor* self, const outcome& o, turn_record rec) {
     if (task.eager_ms) se = *task.eager_ms / kernel_ms;
     if (task.compile_ms) sc = *task.compile_ms / kernel_ms;
   }
-  double r = turn_reward(cfg.reward, correct, se, sc);
+  // A suspect timing keeps its figures in the trajectory but earns no speed tier.
+  bool suspect = correct && o.time && timing_suspect(*o.time);
+  double r = suspect ? turn_reward(cfg.reward, correct, std::min(se, 1.0), std::nullopt)
+                     : turn_reward(cfg.reward, correct, se, sc);
   rec.outcome = to_string(o.kind);
   rec.reward = r;
   rec.speedup_eager = se;

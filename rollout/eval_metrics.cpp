@@ -1,5 +1,6 @@
 #include "rollout/eval_metrics.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -30,12 +31,17 @@ eval_summary summarize(const std::vector<eval_row>& rows) {
       s.sm_mhz_max = std::max(s.sm_mhz_max, r.sm_mhz);
     }
     double se = r.eager_ms / r.kernel_ms;
+    // A flagged timing counts as no faster than the baselines (and is counted).
+    bool suspect = r.beyond_roofline || r.throttled;
+    s.suspect += suspect;
+    if (suspect) se = std::min(se, 1.0);
     log_eager += std::log(se);
     for (double p : fast_p_thresholds())
       if (se > p) ++fe[p];
     if (r.compiled_ms) {
       ++correct_with_compile;
       double sc = *r.compiled_ms / r.kernel_ms;
+      if (suspect) sc = std::min(sc, 1.0);
       log_compile += std::log(sc);
       if (sc > 1.0) ++faster_than_compile;
       for (double p : fast_p_thresholds())
@@ -117,6 +123,7 @@ nlohmann::json to_json(const eval_summary& s) {
   j["mean_turns"] = s.mean_turns;
   j["beyond_roofline"] = s.beyond_roofline;
   j["throttled"] = s.throttled;
+  j["suspect_timings"] = s.suspect;
   j["sm_mhz_min"] = s.sm_mhz_min;
   j["sm_mhz_max"] = s.sm_mhz_max;
   return j;

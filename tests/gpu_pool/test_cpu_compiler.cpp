@@ -1,9 +1,13 @@
 // The host-compiler path: content-addressed cache, compiler logs as errors, and the limits that
 // keep a hostile source (free-form, written by a policy) from taking the node down.
 #include "gpu_pool/cpu_compiler.hpp"
+#ifdef KILN_HAVE_CUDA
+#include "gpu_pool/cuda_compiler.hpp"
+#endif
 
 #include <doctest/doctest.h>
 #include <filesystem>
+#include <fstream>
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -79,3 +83,42 @@ TEST_CASE("a missing compiler and a compile past its timeout are errors that say
   REQUIRE_FALSE(r);
   CHECK_MESSAGE(r.message().find("killed after") != std::string::npos, r.message());
 }
+
+TEST_CASE("the compiler works in a folder of its own: the log says kernel.cpp, the cache is shut") {
+  auto o = options("sandbox");
+  auto first = compile_cpu(kTiny, o);
+  REQUIRE_MESSAGE(first, first.message());
+  auto r = compile_cpu("int f() { return undeclared_name; }\n", o);
+  REQUIRE_FALSE(r);
+  CHECK_MESSAGE(r.message().find("kernel.cpp:1") != std::string::npos, r.message());
+  CHECK(r.message().find(o.cache_dir) == std::string::npos);
+  // Another program's source sits in the cache; a submission cannot include it.
+  std::string other = fs::path(first->so_path).replace_extension(".cpp").string();
+  auto peek = compile_cpu("#include \"" + other + "\"\n", o);
+  REQUIRE_FALSE(peek);
+  CHECK_MESSAGE(peek.message().find("kiln_tiny") == std::string::npos, peek.message());
+  auto open = o;
+  open.sandbox = false; // the control: unsandboxed the include works
+  CHECK(compile_cpu("#include \"" + other + "\"\n// control\n", open));
+}
+
+#ifdef KILN_HAVE_CUDA
+TEST_CASE("nvcc builds free-form cuda source inside the same sandbox, and quotes no secret") {
+  auto o = nvcc_options(options("nvcc"), "sm_90");
+  const char* src = R"(#include "kiln_cuda_abi.h"
+__global__ void k(float* y) { y[threadIdx.x] = 1.f; }
+extern "C" int kiln_cuda_run(const void* const*, const void* const*, void* const* out, void* s) {
+  k<<<1, 32, 0, (cudaStream_t)s>>>((float*)out[0]);
+  return 0;
+})";
+  auto a = compile_cpu(src, o);
+  REQUIRE_MESSAGE(a, a.message()); // nvcc, cicc, ptxas, fatbinary and g++ all ran sandboxed
+  CHECK(fs::file_size(a->so_path) > 0);
+  auto secret = fs::path(KILN_TEST_TMP) / "nvcc_secret.txt";
+  { std::ofstream(secret) << "KILNNVCCSECRET\n"; }
+  auto leak = compile_cpu("#include \"" + secret.string() + "\"\n", o);
+  REQUIRE_FALSE(leak);
+  CHECK_MESSAGE(leak.message().find("KILNNVCCSECRET") == std::string::npos, leak.message());
+  CHECK(leak.message().find("kernel.cu") != std::string::npos);
+}
+#endif

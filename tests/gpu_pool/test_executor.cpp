@@ -1,155 +1,15 @@
-// The hostile corpus through a real executor process: each program gets the right outcome and the
-// same client keeps serving afterwards.
-#include "gpu_pool/executor_client.hpp"
-
-#include "data/task_parse.hpp"
-#include "gpu_pool/cpu_compiler.hpp"
-#include "tests/data/sample_tasks.hpp"
+// Robustness of the executor and its kernel hosts against broken kernels: each program gets the
+// right outcome and the same client keeps serving afterwards. Hostile kernels (the ones that try
+// to win) are in test_hostile_cpu.cpp.
+#include "tests/gpu_pool/executor_fixture.hpp"
 
 #include <algorithm>
-#include <arpa/inet.h>
 #include <cmath>
 #include <doctest/doctest.h>
-#include <filesystem>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <thread>
-#include <unistd.h>
+#include <fstream>
 
 using namespace kiln;
-namespace fs = std::filesystem;
-
-namespace {
-
-const char* kTask = test::kAddRelu;
-
-// `prologue` runs first (may return), then the correct loop unless `body` replaces it.
-std::string kernel(const std::string& prologue, const std::string& body = "",
-                   const std::string& globals = "", int rows = 256) {
-  std::string loop = R"(
-  for (int64_t i = 0; i < ROWS; ++i)
-    for (int64_t j = 0; j < 1024; ++j) {
-      float v = x[i * 1024 + j] + b[j];
-      y[i * 1024 + j] = v > 0 ? v : 0;
-    })";
-  return R"(#include "kiln_abi.h"
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
-#define ROWS )" +
-         std::to_string(rows) + "\n" + globals + R"(
-extern "C" int kiln_run(const kiln_host* host, const void* const* in, const void* const* par, void* const* out) {
-  const float* x = (const float*)in[0];
-  const float* b = (const float*)par[0];
-  float* y = (float*)out[0];
-  const int64_t n = ROWS * 1024;
-  (void)n;
-)" + prologue +
-         (body.empty() ? loop : body) + R"(
-  return 0;
-}
-)";
-}
-
-std::string cache_dir() {
-  static std::string d = [] {
-    auto p = fs::temp_directory_path() / "kiln_gpu_pool_tests_cache";
-    fs::create_directories(p);
-    return p.string();
-  }();
-  return d;
-}
-
-artifact_ref compile(const std::string& source) {
-  cpu_compile_options o;
-  o.cache_dir = cache_dir();
-  o.include_dir = std::string(KILN_SOURCE_DIR) + "/skills";
-  auto a = compile_cpu(source, o);
-  REQUIRE_MESSAGE(a.has_value(), (a ? "" : a.message()));
-  return {"cpu", a->so_path, a->key, a->compile_ms};
-}
-
-task the_task(int rows = 256) {
-  std::string text = kTask;
-  text.replace(text.find("[256, 1024]"), 11, "[" + std::to_string(rows) + ", 1024]");
-  auto t = task_from_toml(text, "add_relu.toml");
-  REQUIRE(t.has_value());
-  return *t;
-}
-
-job make_job(job_kind kind, const artifact_ref& a, double timeout_s = 30) {
-  static uint64_t next_id = 1;
-  job j;
-  j.id = next_id++;
-  j.kind = kind;
-  j.spec = the_task();
-  j.artifact = a;
-  j.timeout_s = timeout_s;
-  j.timing.time_cap_ms = 150;
-  j.timing.max_trials = 50;
-  j.timing.flush_bytes = 8 << 20; // keep the suite fast; the default 64 MiB is for real timing
-  return j;
-}
-
-// A private copy of the kiln binary: on a shared build machine other builds relink build/kiln while
-// tests run (exec then fails with EACCES / ETXTBSY). Copied once it has been stable for a second.
-std::string kiln_copy() {
-  static std::string path = [] {
-    fs::path src = KILN_BINARY;
-    fs::path dst = fs::path(cache_dir()) / ("kiln." + std::to_string(getpid()));
-    for (int i = 0; i < 600; ++i) {
-      std::error_code ec;
-      auto t = fs::last_write_time(src, ec);
-      auto age = fs::file_time_type::clock::now() - t;
-      if (!ec && access(src.c_str(), X_OK) == 0 && age > std::chrono::seconds(1)) {
-        auto size = fs::file_size(src, ec);
-        fs::copy_file(src, dst, fs::copy_options::overwrite_existing, ec);
-        if (!ec && fs::last_write_time(src) == t && fs::file_size(dst) == size) break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    static struct remover {
-      fs::path p;
-      ~remover() {
-        std::error_code ec;
-        fs::remove(p, ec);
-      }
-    } r{dst};
-    return dst.string();
-  }();
-  return path;
-}
-
-executor_options test_options() {
-  executor_options o;
-  o.kiln_path = kiln_copy();
-  o.threads = 1;
-  return o;
-}
-
-std::string describe(const outcome& o) { return std::string(to_string(o.kind)) + ": " + o.message; }
-
-const artifact_ref& good_kernel() {
-  static artifact_ref a = compile(kernel(""));
-  return a;
-}
-
-// The same client must still serve a correct kernel.
-void still_serves(executor_client& c) {
-  auto o = c.run(make_job(job_kind::verify, good_kernel()));
-  CHECK_MESSAGE(o.kind == outcome_kind::correct, describe(o));
-}
-
-executor_client& shared_client() {
-  static executor_client c(test_options());
-  return c;
-}
-
-} // namespace
+using namespace kiln::test;
 
 TEST_CASE("a correct kernel verifies, times, and evaluates, baseline times the reference") {
   auto& c = shared_client();
@@ -203,21 +63,21 @@ TEST_CASE("segfault: runtime_error naming the signal, the next job succeeds") {
   auto& c = shared_client();
   auto o = c.run(make_job(job_kind::verify, compile(kernel("*(volatile int*)0 = 1;"))));
   CHECK(o.kind == outcome_kind::runtime_error);
-  CHECK_MESSAGE(o.message == "executor died: signal 11 (SIGSEGV)", o.message);
+  CHECK_MESSAGE(o.message == "kernel process died: signal 11 (SIGSEGV)", o.message);
+  auto starts = c.stats().starts;
   still_serves(c);
-  MESSAGE("recover after crash: kill ", c.stats().last_kill_ms, " ms + restart ",
-          c.stats().last_start_ms, " ms = ", c.stats().last_recover_ms, " ms");
-  CHECK(c.stats().last_recover_ms > 0);
+  CHECK(c.stats().starts == starts); // the executor itself survived: only the kernel host died
 }
 
 TEST_CASE("abort and a non-zero return are runtime errors") {
   auto& c = shared_client();
   auto a = c.run(make_job(job_kind::verify, compile(kernel("abort();"))));
   CHECK(a.kind == outcome_kind::runtime_error);
-  CHECK(a.message == "executor died: signal 6 (SIGABRT)");
+  CHECK(a.message == "kernel process died: signal 6 (SIGABRT)");
   auto r = c.run(make_job(job_kind::verify, compile(kernel("return 3;"))));
   CHECK(r.kind == outcome_kind::runtime_error);
-  CHECK_MESSAGE(r.message.find("kiln_run returned 3") != std::string::npos, r.message);
+  // The value is not reported: a kernel could return what it read.
+  CHECK_MESSAGE(r.message == "the entry point returned non-zero", r.message);
   still_serves(c);
 }
 
@@ -227,7 +87,7 @@ TEST_CASE("infinite loop: timeout, the next job succeeds") {
       make_job(job_kind::verify, compile(kernel("volatile int spin = 1; while (spin) {}")), 1.0);
   auto o = c.run(j);
   CHECK(o.kind == outcome_kind::timeout);
-  CHECK_MESSAGE(o.message.find("no result within 1 s") != std::string::npos, o.message);
+  CHECK_MESSAGE(o.message.find("no result by the job's deadline") != std::string::npos, o.message);
   still_serves(c);
 }
 
@@ -243,7 +103,6 @@ TEST_CASE("out-of-bounds writes: large -> crash, small -> guard zone, both runti
   CHECK(small.kind == outcome_kind::runtime_error);
   CHECK_MESSAGE(small.message == "out-of-bounds write: guard zone around output 'y' overwritten",
                 small.message);
-  CHECK(small.retire); // the executor was replaced
   auto under = c.run(make_job(job_kind::verify, compile(kernel("((float*)in[0])[-2] = 1;"))));
   CHECK(under.kind == outcome_kind::runtime_error);
   CHECK(under.message == "out-of-bounds write: guard zone around input 'x' overwritten");
@@ -296,16 +155,17 @@ TEST_CASE("constant output -> wrong") {
   CHECK(o.error->max_abs_err > 0.1);
 }
 
-TEST_CASE("a counter across calls -> nondeterministic") {
+TEST_CASE("a counter across calls: wrong on the call where it differs") {
   auto& c = shared_client();
   auto o = c.run(make_job(job_kind::verify, compile(kernel("", R"(
   for (int64_t i = 0; i < 256; ++i)
     for (int64_t j = 0; j < 1024; ++j) { float v = x[i * 1024 + j] + b[j]; y[i * 1024 + j] = v > 0 ? v : 0; }
   if (calls++ % 2 == 1) y[100] += 1.0f;)",
                                                            "static int calls = 0;"))));
-  CHECK_MESSAGE(o.kind == outcome_kind::nondeterministic, describe(o));
+  CHECK_MESSAGE(o.kind == outcome_kind::wrong, describe(o));
   REQUIRE(o.error.has_value());
   CHECK(o.error->first_bad_index == 100);
+  CHECK(o.error->check == 1); // the second call of the job
 }
 
 TEST_CASE("caching results by input pointer is caught by the timing check") {
@@ -322,123 +182,15 @@ TEST_CASE("caching results by input pointer is caught by the timing check") {
   MESSAGE("pointer cache: ", describe(o));
 }
 
-TEST_CASE("network connect to 127.0.0.1 fails inside the executor") {
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(ls >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  REQUIRE(bind(ls, (sockaddr*)&addr, sizeof addr) == 0);
-  REQUIRE(listen(ls, 4) == 0);
-  REQUIRE(getsockname(ls, (sockaddr*)&addr, &len) == 0);
-  int port = ntohs(addr.sin_port);
-  // Returns 7 when the connection succeeds; computes the right answer when it is refused.
-  auto src = kernel(R"(
-  { int s = socket(AF_INET, SOCK_STREAM, 0);
-    if (s >= 0) {
-      struct sockaddr_in a; memset(&a, 0, sizeof a);
-      a.sin_family = AF_INET; a.sin_port = htons()" +
-                    std::to_string(port) + R"(); a.sin_addr.s_addr = htonl(0x7f000001);
-      int r = connect(s, (struct sockaddr*)&a, sizeof a);
-      close(s);
-      if (r == 0) return 7;
-    } })");
-  auto art = compile(src);
-
-  // Control: without the sandbox the connection works, so the test is meaningful.
-  auto ctl_opts = test_options();
-  ctl_opts.isolate_network = false;
-  ctl_opts.restrict_fs = false;
-  executor_client ctl(ctl_opts);
-  auto ctl_o = ctl.run(make_job(job_kind::verify, art));
-  CHECK_MESSAGE(ctl_o.kind == outcome_kind::runtime_error, describe(ctl_o));
-  ctl.stop();
-
-  auto& c = shared_client();
-  REQUIRE(c.start().has_value());
-  REQUIRE(c.hello().has_value());
-  if (!c.hello()->net_isolated && !c.hello()->fs_restricted) {
-    MESSAGE("SKIPPED: no network namespace and no landlock here: ", c.hello()->warnings);
-  } else {
-    auto o = c.run(make_job(job_kind::verify, art));
-    CHECK_MESSAGE(o.kind == outcome_kind::correct, describe(o));
-  }
-  close(ls);
-}
-
-TEST_CASE("file writes outside the scratch directory fail, inside it they work") {
-  auto outside = fs::temp_directory_path() / ("kiln_escape_" + std::to_string(getpid()));
-  fs::remove(outside);
-  auto src = kernel(R"(
-  { FILE* f = fopen("inside.txt", "w");
-    if (!f) return 11;
-    fputs("ok", f); fclose(f);
-    FILE* g = fopen(")" +
-                    outside.string() + R"(", "w");
-    if (g) { fputs("escaped", g); fclose(g); return 9; } })");
-  auto art = compile(src);
-  // Control: without landlock the write succeeds (we run as root here), so the test is meaningful.
-  auto ctl_opts = test_options();
-  ctl_opts.restrict_fs = false;
-  executor_client ctl(ctl_opts);
-  auto ctl_o = ctl.run(make_job(job_kind::verify, art));
-  CHECK_MESSAGE(ctl_o.kind == outcome_kind::runtime_error, describe(ctl_o));
-  ctl.stop();
-  fs::remove(outside);
-
-  auto& c = shared_client();
-  REQUIRE(c.start().has_value());
-  if (!c.hello()->fs_restricted) {
-    MESSAGE("SKIPPED: landlock unavailable here: ", c.hello()->warnings);
-  } else {
-    auto o = c.run(make_job(job_kind::verify, art));
-    CHECK_MESSAGE(o.kind == outcome_kind::correct, describe(o));
-    CHECK_FALSE(fs::exists(outside));
-  }
-  fs::remove(outside);
-}
-
-TEST_CASE("signals to processes outside the executor are refused") {
-  auto& c = shared_client();
-  REQUIRE(c.start().has_value());
-  if (c.hello()->landlock_abi < 6) {
-    MESSAGE("SKIPPED: landlock ABI ", c.hello()->landlock_abi, " has no signal scoping");
-    return;
-  }
-  // Signal 0 only checks permission: harmless to the test process if the check were to pass.
-  auto o = c.run(make_job(job_kind::verify, compile(kernel("if (kill(getppid(), 0) == 0) return 5;",
-                                                           "", "#include <signal.h>\n"))));
-  CHECK_MESSAGE(o.kind == outcome_kind::correct, describe(o));
-}
-
-TEST_CASE("a forged outcome frame written by the kernel is not believed") {
-  auto& c = shared_client();
-  auto j = make_job(job_kind::verify, good_kernel());
-  outcome forged = make_outcome(j, outcome_kind::correct, "forged");
-  std::string frame = encode(forged);
-  uint32_t len = static_cast<uint32_t>(frame.size());
-  frame = std::string{char(len & 0xff), char((len >> 8) & 0xff), char((len >> 16) & 0xff),
-                      char(len >> 24)} +
-          frame;
-  std::string bytes;
-  for (unsigned char ch : frame) bytes += std::to_string(ch) + ",";
-  j.artifact = compile(kernel("{ static const unsigned char f[] = {" + bytes +
-                              "};\n"
-                              "  if (write(3, f, sizeof f) != (ssize_t)sizeof f) return 1;\n"
-                              "  volatile int spin = 1; while (spin) {} }"));
-  j.timeout_s = 5;
-  auto o = c.run(j);
-  CHECK(o.kind == outcome_kind::runtime_error);
-  CHECK_MESSAGE(o.message.find("wrong nonce") != std::string::npos, o.message);
-  still_serves(c);
-}
-
-TEST_CASE("dropping to nobody keeps artifacts readable") {
+TEST_CASE("kernel hosts run as nobody by default, and both sides can drop to nobody") {
   if (geteuid() != 0) {
     MESSAGE("SKIPPED: not root");
     return;
   }
+  auto& shared = shared_client();
+  REQUIRE(shared.start().has_value());
+  CHECK_MESSAGE(shared.hello()->kernel_host.find("uid 65534") != std::string::npos,
+                shared.hello()->kernel_host);
   auto opts = test_options();
   opts.drop_privileges = true;
   executor_client c(opts);
@@ -452,7 +204,12 @@ TEST_CASE("a bad artifact path or backend is a runtime_error, not a crash") {
   auto& c = shared_client();
   auto o = c.run(make_job(job_kind::verify, {"cpu", "/nonexistent/x.so", "k", 0}));
   CHECK(o.kind == outcome_kind::runtime_error);
-  CHECK(o.message.find("dlopen") != std::string::npos);
+  CHECK_MESSAGE(o.message.find("cannot copy /nonexistent/x.so") != std::string::npos, o.message);
+  auto junk = fs::path(cache_dir()) / "not_an_object.so";
+  { std::ofstream(junk) << "garbage"; }
+  auto j = c.run(make_job(job_kind::verify, {"cpu", junk.string(), "k", 0}));
+  CHECK(j.kind == outcome_kind::runtime_error);
+  CHECK_MESSAGE(j.message.find("dlopen") != std::string::npos, j.message);
   auto g = good_kernel();
   g.backend = "cuda";
   auto b = c.run(make_job(job_kind::verify, g));

@@ -122,7 +122,8 @@ TEST_CASE("outcomes round trip, with and without mismatch and timings") {
 }
 
 TEST_CASE("hello round trips") {
-  executor_hello h{1234, 65534, true, true, 6, "/tmp/kiln-exec-x", "w1; w2", "nvml: H200"};
+  executor_hello h{1234,         65534, true, true, 6, "/tmp/kiln-exec-x", "w1; w2", "nvml: H200",
+                   0, "kernel host uid 65534, landlock abi 7, seccomp on"};
   auto d = decode_hello(encode(h));
   REQUIRE(d.has_value());
   CHECK(d->pid == 1234);
@@ -131,6 +132,7 @@ TEST_CASE("hello round trips") {
   CHECK(d->landlock_abi == 6);
   CHECK(d->scratch == "/tmp/kiln-exec-x");
   CHECK(d->clocks == "nvml: H200");
+  CHECK(d->kernel_host == h.kernel_host);
 }
 
 TEST_CASE("throttle reasons: names, and which of them slow a busy device") {

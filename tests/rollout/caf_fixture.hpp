@@ -27,12 +27,14 @@ struct caf_fixture {
   }
 };
 
-inline std::string outcome_bytes(outcome_kind k, double median_ms = 1.0) {
+inline std::string outcome_bytes(outcome_kind k, double median_ms = 1.0,
+                                 bool beyond_roofline = false) {
   outcome o;
   o.kind = k;
   if (k == outcome_kind::correct) {
     timings t;
     t.median_ms = median_ms;
+    t.beyond_roofline = beyond_roofline;
     o.time = t;
   }
   if (k == outcome_kind::wrong) o.error = mismatch{"y", 0, 3, 10, 0.5, 0.02};

@@ -143,6 +143,22 @@ TEST_CASE("episode: stops once a turn earns the best reachable reward -> complet
   CHECK(r.summary.correct_turns == 2);
 }
 
+TEST_CASE("episode: a flagged timing earns no speed tier, whatever its speedup") {
+  test::caf_fixture f;
+  episode_config cfg;
+  cfg.max_turns = 2;
+  // Both turns 2x faster than eager; the first beyond the bandwidth roofline (suspect).
+  auto pool = test::spawn_fake_pool(*f.sys, [](int n, const std::string&) {
+    return test::outcome_bytes(outcome_kind::correct, 1.0, n == 0);
+  });
+  auto r = run_episode(f, pool, cfg);
+  REQUIRE(r.traj);
+  REQUIRE(r.traj->turns.size() == 2);
+  CHECK(r.traj->turns[0].reward == 1); // correct, no speed tier
+  CHECK(r.traj->turns[0].speedup_eager == doctest::Approx(2.0)); // the figure stays visible
+  CHECK(r.traj->turns[1].reward == 2);
+}
+
 TEST_CASE("episode: a pool that never answers -> failed after the turn timeout") {
   test::caf_fixture f;
   episode_config cfg;

@@ -78,6 +78,18 @@ TEST_CASE("honesty signals: roofline flags, throttled timings and the clock rang
   CHECK(j["sm_mhz"] == 1980);
 }
 
+TEST_CASE("a flagged timing counts as no faster than the baselines, and is counted") {
+  auto honest = row(true, 1, 2, 2.0);
+  auto flagged = row(true, 1, 4, 4.0);
+  flagged.beyond_roofline = true;
+  auto s = summarize({honest, flagged});
+  CHECK(s.suspect == 1);
+  CHECK(s.fast_eager.at(1.0) == doctest::Approx(0.5)); // only the honest one is faster
+  CHECK(s.geomean_eager == doctest::Approx(std::sqrt(2.0 * 1.0)));
+  CHECK(s.fast_compile->at(1.0) == doctest::Approx(0.5));
+  CHECK(to_json(s)["suspect_timings"] == 1);
+}
+
 TEST_CASE("k samples of a task: correct if any is, the fastest correct one's time and turns") {
   eval_row base;
   base.task = "t";

@@ -1,0 +1,369 @@
+// fork+exec of the kernel host with only async-signal-safe calls in the child (the executor has
+// LibTorch's threads), its own process group, and PR_SET_PDEATHSIG so it never outlives us.
+#include "gpu_pool/kernel_host_client.hpp"
+
+#include "gpu_pool/frame.hpp"
+#include "gpu_pool/shared_buffers.hpp"
+
+#include <cerrno>
+#include <dirent.h>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <ftw.h>
+#include <poll.h>
+#include <random>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double now_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// Not std::filesystem::remove_all: LibTorch 2.11 interposes its own copy (executor_client.cpp).
+void remove_tree(const std::string& path) {
+  nftw(
+      path.c_str(),
+      [](const char* p, const struct stat*, int, struct FTW*) {
+        ::remove(p);
+        return 0;
+      },
+      16, FTW_DEPTH | FTW_PHYS);
+}
+
+std::string printable(const char* text, size_t cap) {
+  std::string s;
+  for (size_t i = 0; i < cap && text[i]; ++i) {
+    unsigned char ch = static_cast<unsigned char>(text[i]);
+    s += (ch >= 32 && ch < 127) ? static_cast<char>(ch) : '?';
+    if (s.size() >= 200) break;
+  }
+  return s;
+}
+
+status copy_file(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  if (ec) return error{"cannot copy " + from + " into the kernel host's scratch: " + ec.message()};
+  chmod(to.c_str(), 0644);
+  return ok();
+}
+
+std::string signal_text(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return "signal " + std::to_string(sig) +
+         (abbrev ? std::string(" (SIG") + abbrev + ")" : std::string());
+}
+
+} // namespace
+
+std::string default_kernel_host_binary(const std::string& kiln_path) {
+  if (const char* env = std::getenv("KILN_KERNEL_HOST"); env && *env) return env;
+  std::error_code ec;
+  fs::path exe = kiln_path;
+  if (kiln_path == "/proc/self/exe") exe = fs::read_symlink("/proc/self/exe", ec);
+  return (exe.parent_path() / "kiln-kernel-host").string();
+}
+
+expected<std::unique_ptr<kernel_host>> kernel_host::start(const kernel_host_options& opts) {
+  std::unique_ptr<kernel_host> h(new kernel_host());
+  h->opts_ = opts;
+  h->seq_ = (uint64_t{std::random_device{}()} << 32) | std::random_device{}(); // not guessable
+  if (access(opts.binary.c_str(), X_OK) != 0)
+    return error{"kernel host: cannot run " + opts.binary + ": " + std::strerror(errno)};
+  std::string root = opts.scratch_root.empty() ? "/tmp" : opts.scratch_root;
+  std::string tmpl = root + "/kh-XXXXXX";
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  if (!mkdtemp(name.data()))
+    return error{"kernel host: mkdtemp " + tmpl + ": " + std::strerror(errno)};
+  h->scratch_ = name.data();
+  bool drop = opts.drop_privileges && geteuid() == 0;
+  if (drop && chown(h->scratch_.c_str(), 65534, 65534) != 0)
+    return error{"kernel host: chown " + h->scratch_ + ": " + std::strerror(errno)};
+
+  std::vector<std::string> args = {opts.binary,  "--fd",          "3",
+                                   "--scratch",  h->scratch_,     "--threads",
+                                   std::to_string(std::max(1, opts.threads)),
+                                   "--address-space-mib", std::to_string(opts.address_space_mib),
+                                   "--file-size-mib", std::to_string(opts.file_size_mib)};
+  if (opts.cuda_device >= 0) {
+    args.push_back("--cuda-device");
+    args.push_back(std::to_string(opts.cuda_device));
+  }
+  if (drop) args.push_back("--drop-privileges");
+  if (!opts.landlock) args.push_back("--no-landlock");
+  if (!opts.seccomp) args.push_back("--no-seccomp");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  if (!opts.cgroup_parent.empty()) {
+    auto g = job_cgroup::create(opts.cgroup_parent, "kh-");
+    if (!g) return g.err();
+    h->cgroup_ = std::move(*g);
+  }
+  int cg_fd = h->cgroup_.procs_fd();
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    return error{std::string("kernel host: socketpair: ") + std::strerror(errno)};
+  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  // Kernels may print; their output reaches nobody unless a developer asks for it.
+  const char* show = std::getenv("KILN_KERNEL_HOST_STDERR");
+  bool keep_stderr = opts.keep_stderr || (show && *show == '1');
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(sv[0]);
+    close(sv[1]);
+    if (null_fd >= 0) close(null_fd);
+    return error{std::string("kernel host: fork: ") + std::strerror(e)};
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);
+    if (cg_fd >= 0 && write(cg_fd, "0", 1) != 1) _exit(126); // into its cgroup, with its children
+    dup2(sv[1], 3);
+    if (null_fd >= 0) {
+      dup2(null_fd, 0);
+      dup2(null_fd, 1);
+      if (!keep_stderr) dup2(null_fd, 2);
+    }
+    syscall(SYS_close_range, 4u, ~0u, 0u);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGPIPE, SIG_DFL);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(sv[1]);
+  if (null_fd >= 0) close(null_fd);
+  h->pid_ = pid;
+  h->fd_ = sv[0];
+  if (clock_getcpuclockid(pid, &h->cpu_clock_) != 0)
+    return error{"kernel host: no CPU clock for its process"};
+
+  h->started_ms_ = monotonic_ms();
+  return h;
+}
+
+std::string describe(const kh_reply& ready) {
+  return "kernel host uid " + std::to_string(ready.uid) + ", landlock abi " +
+         std::to_string(ready.landlock_abi) + ", seccomp " + (ready.seccomp ? "on" : "off");
+}
+
+kernel_host::~kernel_host() { kill_all(); }
+
+// The process clock misses a running thread's time since its last tick, so each thread's own
+// clock (exact, even while it runs) is read too; the larger sum wins (the process clock still
+// holds threads that have exited).
+double kernel_host::cpu_now_ms() {
+  auto ms = [](clockid_t c) {
+    timespec ts{};
+    if (clock_gettime(c, &ts) != 0) return -1.0;
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+  };
+  double process = ms(cpu_clock_);
+  if (pid_ <= 0) return process;
+  std::string task_dir = "/proc/" + std::to_string(pid_) + "/task";
+  struct stat st{};
+  // A thread appearing or leaving changes the folder's link count: rescan only then.
+  if (stat(task_dir.c_str(), &st) == 0 && static_cast<int64_t>(st.st_nlink) != task_links_) {
+    task_links_ = static_cast<int64_t>(st.st_nlink);
+    thread_clocks_.clear();
+    if (DIR* d = opendir(task_dir.c_str())) {
+      while (dirent* e = readdir(d)) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        pid_t tid = static_cast<pid_t>(std::atoi(e->d_name));
+        thread_clocks_.push_back(((~static_cast<clockid_t>(tid)) << 3) | 6); // per-thread SCHED
+      }
+      closedir(d);
+    }
+  }
+  double threads = 0;
+  for (clockid_t c : thread_clocks_) threads += std::max(0.0, ms(c));
+  return std::max(process, threads);
+}
+
+void kernel_host::reap(bool wait_first) {
+  if (pid_ <= 0) return;
+  if (fd_ >= 0) {
+    close(fd_);
+    fd_ = -1;
+  }
+  int st = 0;
+  pid_t r = 0;
+  if (wait_first) { // the channel closes as the process exits; its status follows within moments
+    int64_t until = monotonic_ms() + 300;
+    while ((r = waitpid(pid_, &st, WNOHANG)) == 0 && monotonic_ms() < until) usleep(500);
+  }
+  ::kill(-pid_, SIGKILL);
+  if (r == 0)
+    while ((r = waitpid(pid_, &st, 0)) < 0 && errno == EINTR) {
+    }
+  if (r == pid_ && exit_text_.empty()) {
+    if (WIFSIGNALED(st))
+      exit_text_ = signal_text(WTERMSIG(st));
+    else if (WIFEXITED(st))
+      exit_text_ = "exit code " + std::to_string(WEXITSTATUS(st));
+  }
+}
+
+int kernel_host::kill_all() {
+  if (pid_ <= 0 && scratch_.empty()) return 0;
+  pid_t group = pid_;
+  reap(false);
+  pid_ = -1;
+  // The host is reaped: anything still in its cgroup or process group is a process the kernel
+  // made (seccomp should make that impossible), and is killed now.
+  int alive = cgroup_.kill_all();
+  if (group > 0 && ::kill(-group, 0) == 0) {
+    alive = std::max(alive, 1);
+    ::kill(-group, SIGKILL);
+  }
+  if (!scratch_.empty()) {
+    remove_tree(scratch_);
+    scratch_.clear();
+  }
+  return alive;
+}
+
+status kernel_host::set_layout(const shared_buffers& b, int64_t deadline_ms) {
+  auto cmd = std::make_unique<kh_command>(b.layout());
+  uint32_t n = cmd->inputs + cmd->params + cmd->outputs;
+  // The reply comes once the host's sandbox is in force; starting takes its own time (a CUDA
+  // context): at least start_timeout_s from the spawn.
+  deadline_ms =
+      std::max(deadline_ms, started_ms_ + static_cast<int64_t>(opts_.start_timeout_s * 1000));
+  auto r = round_trip(*cmd, kh_command_bytes(n), b.memfd(), deadline_ms, &ready_);
+  if (r.failure == call_failure::died)
+    return error{"kernel host did not start: " + r.why};
+  if (r.failure != call_failure::none) return error{"kernel host: " + r.why};
+  if (r.code != kh_code::ok) return error{"kernel host refused the buffers: " + r.text};
+  return ok();
+}
+
+call_result kernel_host::load(const artifact_ref& a, int64_t deadline_ms) {
+  call_result r;
+  std::string base = fs::path(a.path).filename().string();
+  if (base.empty() || base.size() >= sizeof(kh_command{}.artifact)) {
+    r.failure = call_failure::protocol;
+    r.why = "artifact name '" + base + "' is not usable";
+    return r;
+  }
+  std::vector<std::pair<std::string, std::string>> files = {{a.path, scratch_ + "/" + base}};
+  if (fs::path(a.path).extension() == ".cubin")
+    files.push_back({a.path + ".plan.json", scratch_ + "/" + base + ".plan.json"});
+  for (const auto& [from, to] : files)
+    if (auto st = copy_file(from, to); !st) {
+      r.code = kh_code::load_failed;
+      r.text = st.message();
+      return r;
+    }
+  if (opts_.drop_privileges && geteuid() == 0)
+    for (const auto& f : files) (void)chown(f.second.c_str(), 65534, 65534);
+  kh_command cmd;
+  cmd.op = static_cast<uint32_t>(kh_op::load);
+  std::snprintf(cmd.artifact, sizeof cmd.artifact, "%s", base.c_str());
+  return round_trip(cmd, kh_command_head, -1, deadline_ms);
+}
+
+call_result kernel_host::call_op(kh_op op, int64_t deadline_ms) {
+  kh_command cmd;
+  cmd.op = static_cast<uint32_t>(op);
+  return round_trip(cmd, kh_command_head, -1, deadline_ms);
+}
+
+call_result kernel_host::round_trip(kh_command& cmd, size_t bytes, int pass_fd,
+                                    int64_t deadline_ms, kh_reply* keep) {
+  call_result r;
+  auto fail = [&](call_failure f, std::string why) {
+    r.failure = f;
+    r.why = std::move(why);
+    if (f != call_failure::protocol) reap(f == call_failure::died);
+    if (f == call_failure::died && !exit_text_.empty()) r.why += ": " + exit_text_;
+    return r;
+  };
+  if (fd_ < 0) return fail(call_failure::died, "the kernel host is gone");
+  // Nothing may be waiting: a reply nobody asked for was written by the kernel.
+  pollfd pending{fd_, POLLIN, 0};
+  if (poll(&pending, 1, 0) > 0 && (pending.revents & POLLIN)) {
+    char junk[8];
+    if (recv(fd_, junk, sizeof junk, MSG_DONTWAIT | MSG_PEEK) > 0)
+      return fail(call_failure::protocol, "the kernel host sent a reply nobody asked for");
+  }
+  cmd.seq = ++seq_;
+  iovec iov{&cmd, bytes};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (pass_fd >= 0) {
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof control;
+    cmsghdr* ch = CMSG_FIRSTHDR(&mh);
+    ch->cmsg_level = SOL_SOCKET;
+    ch->cmsg_type = SCM_RIGHTS;
+    ch->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(ch), &pass_fd, sizeof pass_fd);
+  }
+  double cpu_before = cpu_now_ms();
+  double t0 = now_ms();
+  if (sendmsg(fd_, &mh, MSG_NOSIGNAL) != static_cast<ssize_t>(bytes))
+    return fail(call_failure::died, "the kernel host is gone");
+  kh_reply reply;
+  ssize_t got = -1;
+  for (;;) {
+    int64_t left = deadline_ms - monotonic_ms();
+    if (left <= 0) return fail(call_failure::timeout, "no reply by the job's deadline");
+    pollfd p{fd_, POLLIN, 0};
+    int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;
+    got = recv(fd_, &reply, sizeof reply, MSG_TRUNC);
+    if (got < 0 && errno == EINTR) continue;
+    break;
+  }
+  double t1 = now_ms();
+  if (got <= 0) return fail(call_failure::died, "the kernel process died");
+  if (got != static_cast<ssize_t>(sizeof reply) || reply.magic != kh_magic ||
+      reply.version != kh_version || reply.op != cmd.op || reply.seq != cmd.seq ||
+      reply.code < 0 || reply.code > static_cast<int32_t>(kh_code::bad_command))
+    return fail(call_failure::protocol, "the kernel host's reply is malformed or out of order");
+  if (keep) *keep = reply;
+  r.code = static_cast<kh_code>(reply.code);
+  r.text = printable(reply.text, sizeof reply.text);
+  r.wall_ms = t1 - t0;
+  r.stream_ms = reply.stream_ms;
+  r.residual_ms = reply.residual_ms;
+  // A process's CPU clock is exact only while none of its threads runs (a running thread's time
+  // since its last tick is not in it yet): read it at each command, when the host is waiting.
+  if (cpu_at_last_send_ >= 0) {
+    r.prev_cycle_cpu_ms = cpu_before - cpu_at_last_send_;
+    r.prev_wall_ms = wall_of_last_;
+  }
+  cpu_at_last_send_ = cpu_before;
+  wall_of_last_ = t1 - t0;
+  return r;
+}
+
+} // namespace kiln
