@@ -191,6 +191,7 @@ int main(int argc, char** argv) {
   exe->add_option("--threads", exec.threads, "kernel and LibTorch threads")->capture_default_str();
   exe->add_option("--kernel-host", exec.kernel_host, "kiln-kernel-host binary");
   exe->add_option("--cgroup", exec.cgroup, "this executor's cgroup folder");
+  exe->add_option("--kernel-scratch", exec.kernel_scratch, "where kernel hosts' folders go");
   exe->add_flag("!--kernel-keeps-privileges", exec.kernel_drop_privileges,
                 "kernel hosts keep root (control tests)");
   exe->add_flag("!--no-kernel-landlock", exec.kernel_landlock, "kernel hosts without landlock");

@@ -64,6 +64,7 @@ expected<landlock_ruleset> prepare_landlock(const landlock_paths& paths) {
   uint64_t fs_all = ll_abi1_all;
   if (abi >= 2) fs_all |= ll_refer;
   if (abi >= 3) fs_all |= ll_truncate;
+  if (!paths.restrict_reads) fs_all &= ~(ll_execute | ll_read_file | ll_read_dir);
   // LANDLOCK_ACCESS_FS_IOCTL_DEV (ABI 5) stays unhandled: the devices a kernel may use (CUDA's)
   // are opened before the ruleset, and no other device can be opened at all.
   ll_ruleset_attr attr{fs_all, 0, 0};
@@ -83,7 +84,7 @@ expected<landlock_ruleset> prepare_landlock(const landlock_paths& paths) {
   auto allow = [&](const std::string& path, uint64_t access) -> status {
     int fd = open(path.c_str(), O_PATH | O_CLOEXEC);
     if (fd < 0) return ok(); // not on this machine: nothing to grant
-    struct stat st{};
+    struct stat st {};
     fstat(fd, &st);
     if (!S_ISDIR(st.st_mode)) access &= file_rights; // a file rule takes file rights only
     ll_path_beneath_attr pb{access & fs_all, fd};
@@ -116,9 +117,9 @@ int enforce_landlock(const landlock_ruleset& rules) {
 }
 
 std::vector<std::string> system_read_paths() {
-  std::vector<std::string> p = {"/usr",       "/lib",         "/lib64",          "/lib32",
-                                "/bin",       "/sbin",        "/etc/ld.so.cache", "/dev/null",
-                                "/dev/zero",  "/dev/urandom", "/opt/deps",       "/usr/local/cuda"};
+  std::vector<std::string> p = {"/usr",      "/lib",         "/lib64",           "/lib32",
+                                "/bin",      "/sbin",        "/etc/ld.so.cache", "/dev/null",
+                                "/dev/zero", "/dev/urandom", "/opt/deps",        "/usr/local/cuda"};
   // The GPU machine's LibTorch and CUDA libraries come from LD_LIBRARY_PATH.
   if (const char* ld = std::getenv("LD_LIBRARY_PATH")) {
     std::istringstream in(ld);
@@ -156,31 +157,83 @@ expected<std::vector<sock_filter>> seccomp_program(seccomp_profile p, pid_t self
   // Reaching outside the process: other processes' memory, the network, the kernel's
   // attack surface beyond what computing needs.
   static const char* const outward[] = {
-      "socket",          "socketpair",      "connect",          "bind",
-      "listen",          "accept",          "accept4",          "ptrace",
-      "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp",
-      "pidfd_open",      "pidfd_getfd",     "pidfd_send_signal", "io_uring_setup",
-      "io_uring_enter",  "io_uring_register", "bpf",            "perf_event_open",
-      "userfaultfd",     "add_key",         "request_key",      "keyctl",
-      "mount",           "umount2",         "pivot_root",       "chroot",
-      "fsopen",          "fsconfig",        "fsmount",          "fspick",
-      "move_mount",      "open_tree",       "mount_setattr",    "unshare",
-      "setns",           "name_to_handle_at", "open_by_handle_at", "syslog",
-      "quotactl",        "acct",            "swapon",           "swapoff",
-      "reboot",          "kexec_load",      "kexec_file_load",  "init_module",
-      "finit_module",    "delete_module",   "iopl",             "ioperm",
-      "modify_ldt",      "lookup_dcookie",  "vhangup",          "uselib",
-      "setuid",          "setgid",          "setreuid",         "setregid",
-      "setresuid",       "setresgid",       "setfsuid",         "setfsgid",
-      "setgroups",       "settimeofday",    "clock_settime",    "clock_adjtime",
-      "adjtimex",        "memfd_secret",
+      "socket",
+      "socketpair",
+      "connect",
+      "bind",
+      "listen",
+      "accept",
+      "accept4",
+      "ptrace",
+      "process_vm_readv",
+      "process_vm_writev",
+      "process_madvise",
+      "kcmp",
+      "pidfd_open",
+      "pidfd_getfd",
+      "pidfd_send_signal",
+      "io_uring_setup",
+      "io_uring_enter",
+      "io_uring_register",
+      "bpf",
+      "perf_event_open",
+      "userfaultfd",
+      "add_key",
+      "request_key",
+      "keyctl",
+      "mount",
+      "umount2",
+      "pivot_root",
+      "chroot",
+      "fsopen",
+      "fsconfig",
+      "fsmount",
+      "fspick",
+      "move_mount",
+      "open_tree",
+      "mount_setattr",
+      "unshare",
+      "setns",
+      "name_to_handle_at",
+      "open_by_handle_at",
+      "syslog",
+      "quotactl",
+      "acct",
+      "swapon",
+      "swapoff",
+      "reboot",
+      "kexec_load",
+      "kexec_file_load",
+      "init_module",
+      "finit_module",
+      "delete_module",
+      "iopl",
+      "ioperm",
+      "modify_ldt",
+      "lookup_dcookie",
+      "vhangup",
+      "uselib",
+      "setuid",
+      "setgid",
+      "setreuid",
+      "setregid",
+      "setresuid",
+      "setresgid",
+      "setfsuid",
+      "setfsgid",
+      "setgroups",
+      "settimeofday",
+      "clock_settime",
+      "clock_adjtime",
+      "adjtimex",
+      "memfd_secret",
   };
   for (const char* name : outward)
     if (auto st = deny(name); !st) return st.err();
   if (p != seccomp_profile::compiler) {
-    static const char* const spawning[] = {"fork",  "vfork", "clone",  "execve", "execveat",
-                                           "tkill", "personality", "shmat", "shmget",
-                                           "rt_sigqueueinfo", "rt_tgsigqueueinfo"};
+    static const char* const spawning[] = {
+        "fork",        "vfork", "clone",  "execve",          "execveat",         "tkill",
+        "personality", "shmat", "shmget", "rt_sigqueueinfo", "rt_tgsigqueueinfo"};
     for (const char* name : spawning)
       if (auto st = deny(name); !st) return st.err();
     if (auto st = deny("clone3", ENOSYS); !st) return st.err();

@@ -14,11 +14,14 @@
 
 namespace kiln {
 
-// Landlock: every filesystem right the running kernel knows is handled, so anything not granted
-// beneath one of these paths is denied. A path that does not exist is skipped.
+// Landlock: every filesystem right the running kernel knows is handled (or, with restrict_reads
+// off, every write right only), so anything not granted beneath one of these paths is denied. A
+// path that does not exist is skipped. TCP bind / connect are denied (ABI >= 4), and so are
+// signals and abstract unix sockets outside the domain (ABI >= 6).
 struct landlock_paths {
   std::vector<std::string> read_exec;  // read files, list directories, execute
   std::vector<std::string> read_write; // all of the above plus every write right
+  bool restrict_reads = true;
 };
 
 class landlock_ruleset {

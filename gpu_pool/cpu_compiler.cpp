@@ -2,6 +2,7 @@
 
 #include "data/task_hash.hpp"
 #include "gpu_pool/containment.hpp"
+#include "gpu_pool/remove_tree.hpp"
 
 #include <atomic>
 #include <cerrno>
@@ -13,7 +14,6 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
-#include <ftw.h>
 #include <map>
 #include <mutex>
 #include <poll.h>
@@ -53,8 +53,8 @@ struct spawn_limits {
   // Containment prepared by the parent, enforced in the child before exec (nullptr: none).
   const landlock_ruleset* landlock = nullptr;
   const std::vector<sock_filter>* seccomp = nullptr;
-  std::string cwd;               // the child's working directory ("" = ours)
-  std::vector<std::string> env;  // replaces the environment when not empty
+  std::string cwd;              // the child's working directory ("" = ours)
+  std::vector<std::string> env; // replaces the environment when not empty
 };
 
 // PATH lookup in the parent: after fork only async-signal-safe calls may run.
@@ -178,17 +178,6 @@ status write_atomically(const std::string& path, const std::string& text) {
   return ok();
 }
 
-// Not std::filesystem::remove_all: LibTorch 2.11 interposes its own copy (executor_client.cpp).
-void remove_tree(const std::string& path) {
-  nftw(
-      path.c_str(),
-      [](const char* p, const struct stat*, int, struct FTW*) {
-        ::remove(p);
-        return 0;
-      },
-      16, FTW_DEPTH | FTW_PHYS);
-}
-
 // A fresh folder per compile under <cache>/jobs: the only place the compiler may write.
 expected<std::string> make_job_dir(const cpu_compile_options& opts) {
   std::error_code ec;
@@ -197,7 +186,8 @@ expected<std::string> make_job_dir(const cpu_compile_options& opts) {
   std::string tmpl = (root / "c-XXXXXX").string();
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
-  if (!mkdtemp(name.data())) return error{"cpu compile: mkdtemp " + tmpl + ": " + std::strerror(errno)};
+  if (!mkdtemp(name.data()))
+    return error{"cpu compile: mkdtemp " + tmpl + ": " + std::strerror(errno)};
   return std::string(name.data());
 }
 
@@ -287,7 +277,8 @@ expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_
     std::error_code ec;
     fs::rename(*job_dir + "/kernel.so", tmp_so, ec);
     if (ec) fs::copy_file(*job_dir + "/kernel.so", tmp_so, ec);
-    if (ec) return error{"cpu compile: cannot move the object out of " + *job_dir + ": " + ec.message()};
+    if (ec)
+      return error{"cpu compile: cannot move the object out of " + *job_dir + ": " + ec.message()};
   }
   if (r->timed_out || r->exit_code != 0) {
     write_atomically(base + ".log", r->log);

@@ -149,8 +149,8 @@ void host_sgemm(const kiln_host* host, int trans_a, int trans_b, int64_t m, int6
   }
   cblas_sgemm(cblas_row_major, trans_a ? cblas_trans : cblas_no_trans,
               trans_b ? cblas_trans : cblas_no_trans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
-              static_cast<int>(ldc));
+              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
 }
 
 void* host_alloc(const kiln_host* host, int64_t bytes) {

@@ -275,8 +275,7 @@ status cuda_executable::run(const std::vector<const void*>& inputs,
   auto& im = *impl_;
   if (im.entry) {
     int rc = im.entry(inputs.data(), params.data(), outputs.data(), nullptr);
-    if (rc != 0)
-      return error{KILN_CUDA_ENTRY_NAME " returned non-zero"};
+    if (rc != 0) return error{KILN_CUDA_ENTRY_NAME " returned non-zero"};
     return ok();
   }
   const auto& p = im.plan;

@@ -2,8 +2,8 @@
 // region (a CUDA IPC handle from the executor), loads a cubin with its launch plan and walks the
 // plan's steps (kernel launches, cuBLASLt GEMMs) on the legacy default stream, or a free-form
 // program's nvcc shared object; and times one call by events.
-//   IPC handle --import--> region; cubin + plan.json | .so --load--> cuda_executable --timed_call-->
-//   stream ms + residual ms (the executor bounds both by its own clock)
+//   IPC handle --import--> region; cubin + plan.json | .so --load--> cuda_executable
+//   --timed_call--> stream ms + residual ms (the executor bounds both by its own clock)
 #pragma once
 
 #include "data/expected.hpp"

@@ -35,8 +35,7 @@ struct job_runner::impl {
   run_device dev;
   std::unique_ptr<kernel_host> spare; // started after a job, for the next one: never ran code
 
-  impl(kernel_host_options ho)
-      : host_opts(std::move(ho)), cuda_device(host_opts.cuda_device) {
+  impl(kernel_host_options ho) : host_opts(std::move(ho)), cuda_device(host_opts.cuda_device) {
 #ifdef KILN_HAVE_CUDA
     if (cuda_device >= 0) {
       flusher = std::make_unique<cuda_cache_flusher>();
@@ -80,7 +79,8 @@ struct job_runner::impl {
 
   check_result run(const job& j) {
     task t = j.spec;
-    if (auto st = check_task(t); !st) return failure(outcome_kind::runtime_error, "bad task: " + st.message());
+    if (auto st = check_task(t); !st)
+      return failure(outcome_kind::runtime_error, "bad task: " + st.message());
     if (j.kind != job_kind::baseline && j.artifact.backend != backend())
       return failure(outcome_kind::runtime_error, "backend '" + j.artifact.backend +
                                                       "' is not served by this executor (" +
@@ -299,7 +299,15 @@ int executor_main(const executor_args& args) {
   so.restrict_fs = args.restrict_fs;
   so.drop_privileges = args.drop_privileges;
   if (!args.cgroup.empty()) so.writable.push_back(args.cgroup);
+  if (!args.kernel_scratch.empty()) so.writable.push_back(args.kernel_scratch);
   std::vector<std::string> notes;
+  // Kernel hosts start inside this landlock domain, and the CUDA driver's start-up in them writes
+  // where a write-restricted domain refuses (cudaErrorOperatingSystem on the H200): a cuda
+  // executor, which runs no kernel code itself, leaves the restriction to its kernel hosts.
+  if (args.cuda_device >= 0 && so.restrict_fs) {
+    so.restrict_fs = false;
+    notes.push_back("no landlock on a cuda executor itself (its kernel hosts have theirs)");
+  }
   std::unique_ptr<device_clocks> clocks =
       args.cuda_device >= 0 ? nullptr : device_clocks::open_cpu();
   if (args.cuda_device >= 0) {
@@ -337,12 +345,11 @@ int executor_main(const executor_args& args) {
 
   at::set_num_threads(std::max(1, args.threads));
 
-  // Kernel hosts running as nobody reach their folders inside ours: traverse, not list.
-  chmod(args.scratch.c_str(), 0711);
   kernel_host_options ho;
-  ho.binary = args.kernel_host.empty() ? default_kernel_host_binary("/proc/self/exe")
-                                       : args.kernel_host;
-  ho.scratch_root = args.scratch;
+  ho.binary = args.kernel_host.empty()
+                  ? default_kernel_host_binary("/proc/self/exe", args.cuda_device >= 0)
+                  : args.kernel_host;
+  ho.scratch_root = args.kernel_scratch.empty() ? args.scratch : args.kernel_scratch;
   ho.threads = std::max(1, args.threads);
   ho.cuda_device = args.cuda_device;
   ho.drop_privileges = args.kernel_drop_privileges;

@@ -20,11 +20,12 @@ struct executor_args {
   int64_t address_space_mib = 16384; // RLIMIT_AS
   int64_t file_size_mib = 64;        // RLIMIT_FSIZE
   bool isolate_network = true;
-  bool restrict_fs = true;      // landlock where the kernel has it
-  bool drop_privileges = false; // root only: run as nobody
-  int threads = 1;              // LibTorch intra-op and kiln_host threads
-  int cuda_device = -1;         // >= 0: serve the cuda backend on this device
-  std::string kernel_host;      // kiln-kernel-host (default: beside this binary)
+  bool restrict_fs = true;            // landlock where the kernel has it
+  bool drop_privileges = false;       // root only: run as nobody
+  int threads = 1;                    // LibTorch intra-op and kiln_host threads
+  int cuda_device = -1;               // >= 0: serve the cuda backend on this device
+  std::string kernel_host;            // kiln-kernel-host (default: beside this binary)
+  std::string kernel_scratch;         // where kernel hosts' folders go (default: scratch)
   bool kernel_drop_privileges = true; // root only: kernel hosts run as nobody
   bool kernel_landlock = true;        // off only for control tests
   bool kernel_seccomp = true;         // off only for control tests

@@ -4,6 +4,7 @@
 
 #include "gpu_pool/frame.hpp"
 #include "gpu_pool/kernel_host_client.hpp"
+#include "gpu_pool/remove_tree.hpp"
 
 #include <cerrno>
 #include <csignal>
@@ -12,7 +13,6 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
-#include <ftw.h>
 #include <random>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -25,23 +25,6 @@
 namespace kiln {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-// Not std::filesystem::remove_all: LibTorch 2.11 exports its own copy of that symbol, which
-// interposes on libstdc++'s and calls a null pointer once it meets a subdirectory (crashed the
-// pool on the H200 when a cuda executor's scratch held the driver's ~/.nv cache).
-void remove_tree(const std::string& path) {
-  nftw(
-      path.c_str(),
-      [](const char* p, const struct stat*, int, struct FTW*) {
-        ::remove(p);
-        return 0;
-      },
-      16, FTW_DEPTH | FTW_PHYS);
-}
-
-} // namespace
 
 std::string describe_signal(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -80,6 +63,20 @@ status executor_client::start_once() {
   if (!mkdtemp(buf.data())) return error{"executor: mkdtemp " + tmpl + ": " + std::strerror(errno)};
   scratch_ = buf.data();
 
+  // Kernel hosts run as nobody, who may not traverse the scratch root (under /root by default):
+  // their folders go into one of ours under /tmp (0711: enter, not list).
+  std::string kh_tmpl = "/tmp/kiln-kh-XXXXXX";
+  std::vector<char> kh_buf(kh_tmpl.begin(), kh_tmpl.end());
+  kh_buf.push_back('\0');
+  if (!mkdtemp(kh_buf.data())) {
+    remove_tree(scratch_);
+    return error{"executor: mkdtemp " + kh_tmpl + ": " + std::strerror(errno)};
+  }
+  kernel_scratch_ = kh_buf.data();
+  chmod(kernel_scratch_.c_str(), 0711);
+  // An executor that drops to nobody makes its kernel hosts' folders there itself.
+  if (opts_.drop_privileges && geteuid() == 0) (void)chown(kernel_scratch_.c_str(), 65534, 65534);
+
   std::string exe = opts_.kiln_path;
   if (exe == "/proc/self/exe") {
     std::error_code ec;
@@ -107,10 +104,13 @@ status executor_client::start_once() {
   if (!opts_.isolate_network) args.push_back("--no-net-isolation");
   if (!opts_.restrict_fs) args.push_back("--no-fs-restriction");
   if (opts_.drop_privileges) args.push_back("--drop-privileges");
-  std::string host_bin = opts_.kernel_host_path.empty() ? default_kernel_host_binary(exe)
-                                                        : opts_.kernel_host_path;
+  std::string host_bin = opts_.kernel_host_path.empty()
+                             ? default_kernel_host_binary(exe, opts_.cuda_device >= 0)
+                             : opts_.kernel_host_path;
   args.push_back("--kernel-host");
   args.push_back(host_bin);
+  args.push_back("--kernel-scratch");
+  args.push_back(kernel_scratch_);
   if (!opts_.kernel_drop_privileges) args.push_back("--kernel-keeps-privileges");
   if (!opts_.kernel_landlock) args.push_back("--no-kernel-landlock");
   if (!opts_.kernel_seccomp) args.push_back("--no-kernel-seccomp");
@@ -242,6 +242,10 @@ executor_client::exit_info executor_client::kill_and_reap(bool wait_first) {
   if (!scratch_.empty()) {
     remove_tree(scratch_);
     scratch_.clear();
+  }
+  if (!kernel_scratch_.empty()) {
+    remove_tree(kernel_scratch_);
+    kernel_scratch_.clear();
   }
   return info;
 }

@@ -25,7 +25,7 @@ struct executor_options {
   bool drop_privileges =
       false; // root only; artifacts and the scratch root must be readable by nobody
   int threads = 1;
-  int cuda_device = -1;        // >= 0: a cuda executor on this device
+  int cuda_device = -1; // >= 0: a cuda executor on this device
   // The kernel hosts the executor starts, one per job (gpu_pool/kernel_host_client.hpp).
   std::string kernel_host_path;       // default: kiln-kernel-host beside kiln_path
   bool kernel_drop_privileges = true; // root only: kernel hosts run as nobody
@@ -78,6 +78,7 @@ private:
   pid_t pid_ = -1;
   int fd_ = -1;
   std::string scratch_;
+  std::string kernel_scratch_; // the kernel hosts' folders, reachable by nobody
   std::optional<executor_hello> hello_;
   executor_stats stats_;
   bool pending_recover_ = false;

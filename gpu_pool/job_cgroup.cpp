@@ -74,10 +74,9 @@ const std::string& cgroup2_root() {
 expected<job_cgroup> job_cgroup::create(const std::string& parent, const std::string& prefix) {
   static std::atomic<uint64_t> counter{0};
   job_cgroup g;
-  std::string dir = parent + "/" + prefix + std::to_string(getpid()) + "-" +
-                    std::to_string(counter++);
-  if (mkdir(dir.c_str(), 0755) != 0)
-    return error{"cgroup " + dir + ": " + std::strerror(errno)};
+  std::string dir =
+      parent + "/" + prefix + std::to_string(getpid()) + "-" + std::to_string(counter++);
+  if (mkdir(dir.c_str(), 0755) != 0) return error{"cgroup " + dir + ": " + std::strerror(errno)};
   g.procs_fd_ = open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
   if (g.procs_fd_ < 0) {
     int e = errno;
@@ -90,7 +89,8 @@ expected<job_cgroup> job_cgroup::create(const std::string& parent, const std::st
 
 job_cgroup::~job_cgroup() { kill_all(); }
 
-job_cgroup::job_cgroup(job_cgroup&& o) noexcept : path_(std::move(o.path_)), procs_fd_(o.procs_fd_) {
+job_cgroup::job_cgroup(job_cgroup&& o) noexcept
+    : path_(std::move(o.path_)), procs_fd_(o.procs_fd_) {
   o.path_.clear();
   o.procs_fd_ = -1;
 }
@@ -108,8 +108,8 @@ job_cgroup& job_cgroup::operator=(job_cgroup&& o) noexcept {
 
 void job_cgroup::delegate(uid_t uid) {
   if (path_.empty()) return;
-  for (const char* f : {"", "/cgroup.procs", "/cgroup.threads", "/cgroup.subtree_control",
-                        "/cgroup.kill"})
+  for (const char* f :
+       {"", "/cgroup.procs", "/cgroup.threads", "/cgroup.subtree_control", "/cgroup.kill"})
     (void)chown((path_ + f).c_str(), uid, uid);
 }
 

@@ -3,7 +3,8 @@
 // boundary timed by the executor's own clock, and the checks every call gets (CPU the kernel host
 // used outside its calls, inputs left unchanged).
 //   fresh seed --draw--> private inputs --copy--> shared buffers --call (kernel host)--> outputs
-//   cpu: [copy, poison, evict | t0 call t1]     cuda: [draw, poison, flush | t0 copy, call, snap t1]
+//   cpu: [copy, poison, evict | t0 call t1]     cuda: [draw, poison | t0 copy, flush, call, snap
+//   t1]
 #pragma once
 
 #include "data/task_spec.hpp"
@@ -59,9 +60,9 @@ struct job_context {
   int threads = 1; // the host's threads: a call may use wall x threads of CPU
   protocol_costs costs;
   struct {
-    double cpu_ms = 0, wall_ms = 0;
+    double cpu_ms = 0, thread_ms = 0, wall_ms = 0;
     int count = 0;
-  } cycles; // the host's CPU and the calls' wall time since calibration
+  } cycles; // the host's CPU (all threads; the busiest one) and the calls' wall time
   std::vector<at::Tensor> discard; // cuda: where unkept output snapshots go (allocated once)
 };
 

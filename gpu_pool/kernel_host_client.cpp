@@ -3,25 +3,27 @@
 #include "gpu_pool/kernel_host_client.hpp"
 
 #include "gpu_pool/frame.hpp"
+#include "gpu_pool/remove_tree.hpp"
 #include "gpu_pool/shared_buffers.hpp"
 
 #include <cerrno>
-#include <dirent.h>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <filesystem>
-#include <ftw.h>
 #include <poll.h>
 #include <random>
-#include <sys/prctl.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
+
+extern char** environ;
 
 namespace kiln {
 
@@ -33,17 +35,6 @@ double now_ms() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
-// Not std::filesystem::remove_all: LibTorch 2.11 interposes its own copy (executor_client.cpp).
-void remove_tree(const std::string& path) {
-  nftw(
-      path.c_str(),
-      [](const char* p, const struct stat*, int, struct FTW*) {
-        ::remove(p);
-        return 0;
-      },
-      16, FTW_DEPTH | FTW_PHYS);
 }
 
 std::string printable(const char* text, size_t cap) {
@@ -72,12 +63,14 @@ std::string signal_text(int sig) {
 
 } // namespace
 
-std::string default_kernel_host_binary(const std::string& kiln_path) {
-  if (const char* env = std::getenv("KILN_KERNEL_HOST"); env && *env) return env;
+std::string default_kernel_host_binary(const std::string& kiln_path, bool cuda) {
+  if (const char* env = std::getenv(cuda ? "KILN_KERNEL_HOST_CUDA" : "KILN_KERNEL_HOST");
+      env && *env)
+    return env;
   std::error_code ec;
   fs::path exe = kiln_path;
   if (kiln_path == "/proc/self/exe") exe = fs::read_symlink("/proc/self/exe", ec);
-  return (exe.parent_path() / "kiln-kernel-host").string();
+  return (exe.parent_path() / (cuda ? "kiln-kernel-host-cuda" : "kiln-kernel-host")).string();
 }
 
 expected<std::unique_ptr<kernel_host>> kernel_host::start(const kernel_host_options& opts) {
@@ -97,11 +90,17 @@ expected<std::unique_ptr<kernel_host>> kernel_host::start(const kernel_host_opti
   if (drop && chown(h->scratch_.c_str(), 65534, 65534) != 0)
     return error{"kernel host: chown " + h->scratch_ + ": " + std::strerror(errno)};
 
-  std::vector<std::string> args = {opts.binary,  "--fd",          "3",
-                                   "--scratch",  h->scratch_,     "--threads",
+  std::vector<std::string> args = {opts.binary,
+                                   "--fd",
+                                   "3",
+                                   "--scratch",
+                                   h->scratch_,
+                                   "--threads",
                                    std::to_string(std::max(1, opts.threads)),
-                                   "--address-space-mib", std::to_string(opts.address_space_mib),
-                                   "--file-size-mib", std::to_string(opts.file_size_mib)};
+                                   "--address-space-mib",
+                                   std::to_string(opts.address_space_mib),
+                                   "--file-size-mib",
+                                   std::to_string(opts.file_size_mib)};
   if (opts.cuda_device >= 0) {
     args.push_back("--cuda-device");
     args.push_back(std::to_string(opts.cuda_device));
@@ -109,9 +108,6 @@ expected<std::unique_ptr<kernel_host>> kernel_host::start(const kernel_host_opti
   if (drop) args.push_back("--drop-privileges");
   if (!opts.landlock) args.push_back("--no-landlock");
   if (!opts.seccomp) args.push_back("--no-seccomp");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
 
   if (!opts.cgroup_parent.empty()) {
     auto g = job_cgroup::create(opts.cgroup_parent, "kh-");
@@ -122,41 +118,46 @@ expected<std::unique_ptr<kernel_host>> kernel_host::start(const kernel_host_opti
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     return error{std::string("kernel host: socketpair: ") + std::strerror(errno)};
-  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  // The host sets its own death signal and joins its cgroup first thing (posix_spawn can do
+  // neither); both before it reads anything, and it exits if its parent is already gone.
+  args.insert(args.begin() + 1, {"--parent", std::to_string(getpid())});
+  if (cg_fd >= 0) args.insert(args.begin() + 1, {"--cgroup-fd", "4"});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   // Kernels may print; their output reaches nobody unless a developer asks for it.
   const char* show = std::getenv("KILN_KERNEL_HOST_STDERR");
   bool keep_stderr = opts.keep_stderr || (show && *show == '1');
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) {
-    int e = errno;
-    close(sv[0]);
-    close(sv[1]);
-    if (null_fd >= 0) close(null_fd);
-    return error{std::string("kernel host: fork: ") + std::strerror(e)};
-  }
-  if (pid == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);
-    if (cg_fd >= 0 && write(cg_fd, "0", 1) != 1) _exit(126); // into its cgroup, with its children
-    dup2(sv[1], 3);
-    if (null_fd >= 0) {
-      dup2(null_fd, 0);
-      dup2(null_fd, 1);
-      if (!keep_stderr) dup2(null_fd, 2);
-    }
-    syscall(SYS_close_range, 4u, ~0u, 0u);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    signal(SIGPIPE, SIG_DFL);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  setpgid(pid, pid);
+  // posix_spawn (vfork-like in glibc): a fork would copy the page tables of this LibTorch process
+  // on every job.
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  if (!keep_stderr) posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+  if (cg_fd >= 0) posix_spawn_file_actions_adddup2(&fa, cg_fd, 4);
+  posix_spawn_file_actions_addclosefrom_np(&fa, cg_fd >= 0 ? 5 : 4);
+  posix_spawnattr_t sa;
+  posix_spawnattr_init(&sa);
+  sigset_t none, dflt;
+  sigemptyset(&none);
+  sigemptyset(&dflt);
+  sigaddset(&dflt, SIGPIPE);
+  posix_spawnattr_setsigmask(&sa, &none);
+  posix_spawnattr_setsigdefault(&sa, &dflt);
+  posix_spawnattr_setpgroup(&sa, 0);
+  posix_spawnattr_setflags(&sa,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  pid_t pid = -1;
+  int e = posix_spawn(&pid, argv[0], &fa, &sa, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&sa);
   close(sv[1]);
-  if (null_fd >= 0) close(null_fd);
+  if (e != 0) {
+    close(sv[0]);
+    return error{std::string("kernel host: spawn ") + argv[0] + ": " + std::strerror(e)};
+  }
   h->pid_ = pid;
   h->fd_ = sv[0];
   if (clock_getcpuclockid(pid, &h->cpu_clock_) != 0)
@@ -175,33 +176,38 @@ kernel_host::~kernel_host() { kill_all(); }
 
 // The process clock misses a running thread's time since its last tick, so each thread's own
 // clock (exact, even while it runs) is read too; the larger sum wins (the process clock still
-// holds threads that have exited).
-double kernel_host::cpu_now_ms() {
+// holds threads that have exited). Per thread, the time since the last reading is kept too: one
+// thread busy outside a call shows there even when others idle.
+kernel_host::cpu_reading kernel_host::read_cpu() {
   auto ms = [](clockid_t c) {
     timespec ts{};
     if (clock_gettime(c, &ts) != 0) return -1.0;
     return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
   };
+  cpu_reading r;
   double process = ms(cpu_clock_);
-  if (pid_ <= 0) return process;
-  std::string task_dir = "/proc/" + std::to_string(pid_) + "/task";
-  struct stat st{};
-  // A thread appearing or leaving changes the folder's link count: rescan only then.
-  if (stat(task_dir.c_str(), &st) == 0 && static_cast<int64_t>(st.st_nlink) != task_links_) {
-    task_links_ = static_cast<int64_t>(st.st_nlink);
-    thread_clocks_.clear();
-    if (DIR* d = opendir(task_dir.c_str())) {
-      while (dirent* e = readdir(d)) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        pid_t tid = static_cast<pid_t>(std::atoi(e->d_name));
-        thread_clocks_.push_back(((~static_cast<clockid_t>(tid)) << 3) | 6); // per-thread SCHED
+  if (pid_ > 0) {
+    std::string task_dir = "/proc/" + std::to_string(pid_) + "/task";
+    struct stat st {};
+    // A thread appearing or leaving changes the folder's link count: rescan only then.
+    if (stat(task_dir.c_str(), &st) == 0 && static_cast<int64_t>(st.st_nlink) != task_links_) {
+      task_links_ = static_cast<int64_t>(st.st_nlink);
+      thread_clocks_.clear();
+      if (DIR* d = opendir(task_dir.c_str())) {
+        while (dirent* e = readdir(d)) {
+          if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+          pid_t tid = static_cast<pid_t>(std::atoi(e->d_name));
+          thread_clocks_.push_back(((~static_cast<clockid_t>(tid)) << 3) | 6); // per-thread SCHED
+        }
+        closedir(d);
       }
-      closedir(d);
     }
+    for (clockid_t c : thread_clocks_) r.threads.push_back({c, std::max(0.0, ms(c))});
   }
-  double threads = 0;
-  for (clockid_t c : thread_clocks_) threads += std::max(0.0, ms(c));
-  return std::max(process, threads);
+  double sum = 0;
+  for (const auto& t : r.threads) sum += t.second;
+  r.total_ms = std::max(process, sum);
+  return r;
 }
 
 void kernel_host::reap(bool wait_first) {
@@ -255,8 +261,7 @@ status kernel_host::set_layout(const shared_buffers& b, int64_t deadline_ms) {
   deadline_ms =
       std::max(deadline_ms, started_ms_ + static_cast<int64_t>(opts_.start_timeout_s * 1000));
   auto r = round_trip(*cmd, kh_command_bytes(n), b.memfd(), deadline_ms, &ready_);
-  if (r.failure == call_failure::died)
-    return error{"kernel host did not start: " + r.why};
+  if (r.failure == call_failure::died) return error{"kernel host did not start: " + r.why};
   if (r.failure != call_failure::none) return error{"kernel host: " + r.why};
   if (r.code != kh_code::ok) return error{"kernel host refused the buffers: " + r.text};
   return ok();
@@ -293,8 +298,8 @@ call_result kernel_host::call_op(kh_op op, int64_t deadline_ms) {
   return round_trip(cmd, kh_command_head, -1, deadline_ms);
 }
 
-call_result kernel_host::round_trip(kh_command& cmd, size_t bytes, int pass_fd,
-                                    int64_t deadline_ms, kh_reply* keep) {
+call_result kernel_host::round_trip(kh_command& cmd, size_t bytes, int pass_fd, int64_t deadline_ms,
+                                    kh_reply* keep) {
   call_result r;
   auto fail = [&](call_failure f, std::string why) {
     r.failure = f;
@@ -326,7 +331,7 @@ call_result kernel_host::round_trip(kh_command& cmd, size_t bytes, int pass_fd,
     ch->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(ch), &pass_fd, sizeof pass_fd);
   }
-  double cpu_before = cpu_now_ms();
+  auto cpu_before = read_cpu();
   double t0 = now_ms();
   if (sendmsg(fd_, &mh, MSG_NOSIGNAL) != static_cast<ssize_t>(bytes))
     return fail(call_failure::died, "the kernel host is gone");
@@ -346,8 +351,8 @@ call_result kernel_host::round_trip(kh_command& cmd, size_t bytes, int pass_fd,
   double t1 = now_ms();
   if (got <= 0) return fail(call_failure::died, "the kernel process died");
   if (got != static_cast<ssize_t>(sizeof reply) || reply.magic != kh_magic ||
-      reply.version != kh_version || reply.op != cmd.op || reply.seq != cmd.seq ||
-      reply.code < 0 || reply.code > static_cast<int32_t>(kh_code::bad_command))
+      reply.version != kh_version || reply.op != cmd.op || reply.seq != cmd.seq || reply.code < 0 ||
+      reply.code > static_cast<int32_t>(kh_code::bad_command))
     return fail(call_failure::protocol, "the kernel host's reply is malformed or out of order");
   if (keep) *keep = reply;
   r.code = static_cast<kh_code>(reply.code);
@@ -357,11 +362,18 @@ call_result kernel_host::round_trip(kh_command& cmd, size_t bytes, int pass_fd,
   r.residual_ms = reply.residual_ms;
   // A process's CPU clock is exact only while none of its threads runs (a running thread's time
   // since its last tick is not in it yet): read it at each command, when the host is waiting.
-  if (cpu_at_last_send_ >= 0) {
-    r.prev_cycle_cpu_ms = cpu_before - cpu_at_last_send_;
+  if (cpu_at_last_send_.total_ms >= 0) {
+    r.prev_cycle_cpu_ms = cpu_before.total_ms - cpu_at_last_send_.total_ms;
+    r.prev_cycle_thread_ms = 0;
+    for (const auto& [clock, now] : cpu_before.threads) {
+      double before = 0; // a thread first seen now: all of its time is in this cycle
+      for (const auto& [c, then] : cpu_at_last_send_.threads)
+        if (c == clock) before = then;
+      r.prev_cycle_thread_ms = std::max(r.prev_cycle_thread_ms, now - before);
+    }
     r.prev_wall_ms = wall_of_last_;
   }
-  cpu_at_last_send_ = cpu_before;
+  cpu_at_last_send_ = std::move(cpu_before);
   wall_of_last_ = t1 - t0;
   return r;
 }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <sys/types.h>
+#include <utility>
 #include <vector>
 
 namespace kiln {
@@ -31,7 +32,7 @@ struct kernel_host_options {
   int64_t address_space_mib = 16384; // cpu only (the CUDA driver reserves far more)
   int64_t file_size_mib = 64;
   double start_timeout_s = 30;
-  bool keep_stderr = false; // the host's stderr to ours (debugging) instead of /dev/null
+  bool keep_stderr = false;  // the host's stderr to ours (debugging) instead of /dev/null
   std::string cgroup_parent; // each host gets a cgroup folder here ("" = none)
 };
 
@@ -44,16 +45,17 @@ enum class call_failure {
 
 struct call_result {
   call_failure failure = call_failure::none;
-  std::string why;               // failure: what happened
-  kh_code code = kh_code::ok;    // the host's answer (failure == none)
-  std::string text;              // load / device errors, printable ASCII, at most 200 chars
-  double wall_ms = 0;            // the executor's clock: command sent .. reply read
-  double stream_ms = 0;          // cuda: the host's events (untrusted)
-  double residual_ms = 0;        // cuda: device busy after the stream was done (untrusted)
+  std::string why;            // failure: what happened
+  kh_code code = kh_code::ok; // the host's answer (failure == none)
+  std::string text;           // load / device errors, printable ASCII, at most 200 chars
+  double wall_ms = 0;         // the executor's clock: command sent .. reply read
+  double stream_ms = 0;       // cuda: the host's events (untrusted)
+  double residual_ms = 0;     // cuda: device busy after the stream was done (untrusted)
   // The previous call's cycle, from its command to this one: the host's CPU time over it (all
   // threads; read while the host waits for a command, when the clock is exact) and its wall time.
   // An honest host uses at most wall x threads; more is work outside the call.
-  double prev_cycle_cpu_ms = -1; // -1: no previous call
+  double prev_cycle_cpu_ms = -1;   // -1: no previous call
+  double prev_cycle_thread_ms = 0; // the busiest single thread's share of it
   double prev_wall_ms = 0;
   bool ok() const { return failure == call_failure::none && code == kh_code::ok; }
 };
@@ -91,7 +93,11 @@ private:
   // Sends `bytes` of cmd (with pass_fd as SCM_RIGHTS when >= 0), waits for its reply, checks it.
   call_result round_trip(kh_command& cmd, size_t bytes, int pass_fd, int64_t deadline_ms,
                          kh_reply* keep = nullptr);
-  double cpu_now_ms();
+  struct cpu_reading {
+    double total_ms = -1;
+    std::vector<std::pair<clockid_t, double>> threads;
+  };
+  cpu_reading read_cpu();
   void reap(bool wait_first);
 
   kernel_host_options opts_;
@@ -101,7 +107,7 @@ private:
   kh_reply ready_;
   clockid_t cpu_clock_ = CLOCK_MONOTONIC;
   int64_t started_ms_ = 0;
-  double cpu_at_last_send_ = -1;
+  cpu_reading cpu_at_last_send_;
   std::vector<clockid_t> thread_clocks_;
   int64_t task_links_ = -1;
   double wall_of_last_ = 0;
@@ -113,7 +119,9 @@ private:
 // "kernel host uid 65534, landlock abi 7, seccomp on": what a ready host reported.
 std::string describe(const kh_reply& ready);
 
-// Where kiln-kernel-host lies: beside the kiln binary at `kiln_path` (or $KILN_KERNEL_HOST).
-std::string default_kernel_host_binary(const std::string& kiln_path);
+// Where kiln-kernel-host (cpu) or kiln-kernel-host-cuda lies: beside the kiln binary at
+// `kiln_path` (or $KILN_KERNEL_HOST / $KILN_KERNEL_HOST_CUDA). Two binaries, because loading the
+// CUDA libraries costs a cpu host ~80 ms and 150 MB per job.
+std::string default_kernel_host_binary(const std::string& kiln_path, bool cuda);
 
 } // namespace kiln

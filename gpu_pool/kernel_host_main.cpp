@@ -15,6 +15,7 @@
 #endif
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +36,8 @@ using namespace kiln;
 
 struct host_args {
   int fd = 3;
+  pid_t parent = 0;   // the executor: the host dies with it
+  int cgroup_fd = -1; // its cgroup folder's cgroup.procs, to move itself in
   std::string scratch;
   int threads = 1;
   int cuda_device = -1;
@@ -66,6 +69,10 @@ std::optional<host_args> parse(int argc, char** argv) {
       return std::nullopt;
     } else if (k == "--fd") {
       a.fd = std::atoi(v);
+    } else if (k == "--parent") {
+      a.parent = static_cast<pid_t>(std::atoi(v));
+    } else if (k == "--cgroup-fd") {
+      a.cgroup_fd = std::atoi(v);
     } else if (k == "--scratch") {
       a.scratch = v;
     } else if (k == "--threads") {
@@ -92,16 +99,19 @@ void cap(int resource, rlim_t value) {
   setrlimit(resource, &lim);
 }
 
+#ifdef KILN_HAVE_CUDA
 // The GPU's device files: opened by the driver before the sandbox, mapped again by CUDA IPC.
 std::vector<std::string> nvidia_devices() {
   std::vector<std::string> out;
   if (DIR* d = opendir("/dev")) {
     while (dirent* e = readdir(d))
-      if (std::strncmp(e->d_name, "nvidia", 6) == 0) out.push_back(std::string("/dev/") + e->d_name);
+      if (std::strncmp(e->d_name, "nvidia", 6) == 0)
+        out.push_back(std::string("/dev/") + e->d_name);
     closedir(d);
   }
   return out;
 }
+#endif
 
 struct host_state {
   host_args args;
@@ -261,10 +271,18 @@ kh_reply call(host_state& s, const kh_command& c, bool empty) {
 
 int main(int argc, char** argv) {
   auto parsed = parse(argc, argv);
-  if (!parsed) die("usage: kiln-kernel-host --scratch DIR [--fd N] [--threads N] [--cuda-device D]");
+  if (!parsed)
+    die("usage: kiln-kernel-host --scratch DIR [--fd N] [--threads N] [--cuda-device D]");
   host_state s;
   s.args = *parsed;
   const auto& a = s.args;
+  // First, before anything else runs: die with the executor, and join the job's cgroup.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (a.parent > 0 && getppid() != a.parent) _exit(126);
+  if (a.cgroup_fd >= 0) {
+    if (write(a.cgroup_fd, "0", 1) != 1) die("cannot join the job's cgroup");
+    close(a.cgroup_fd);
+  }
   cap(RLIMIT_CORE, 0);
   if (a.file_size_mib > 0) cap(RLIMIT_FSIZE, static_cast<rlim_t>(a.file_size_mib) << 20);
   // The driver reserves far more address space than any limit that would bound a host kernel.

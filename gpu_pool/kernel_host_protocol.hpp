@@ -43,7 +43,9 @@ struct kh_command {
 };
 // Bytes of a command without its buffer table, and with n entries of it.
 constexpr unsigned long kh_command_head = sizeof(kh_command) - sizeof(kh_buffer) * kh_max_buffers;
-constexpr unsigned long kh_command_bytes(uint32_t n) { return kh_command_head + sizeof(kh_buffer) * n; }
+constexpr unsigned long kh_command_bytes(uint32_t n) {
+  return kh_command_head + sizeof(kh_buffer) * n;
+}
 
 enum class kh_code : int32_t {
   ok = 0,
@@ -59,8 +61,8 @@ struct kh_reply {
   uint32_t op = 0;
   int32_t code = 0;
   uint64_t seq = 0;
-  int64_t pid = 0;        // ready
-  int64_t uid = 0;        // ready
+  int64_t pid = 0; // ready
+  int64_t uid = 0; // ready
   int32_t landlock_abi = 0;
   int32_t seccomp = 0; // ready: 1 once the kernel_load profile is in force
   // cuda: the call's time on its stream by events, and how long the device stayed busy after

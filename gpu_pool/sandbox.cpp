@@ -2,6 +2,8 @@
 // and the uid drop are best effort (container kernels often refuse some), reported as warnings.
 #include "gpu_pool/sandbox.hpp"
 
+#include "gpu_pool/containment.hpp"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -29,76 +32,20 @@ status set_limit(int resource, const char* name, rlim_t value) {
   return ok();
 }
 
-// Landlock, declared here: Debian bookworm's <linux/landlock.h> stops at ABI 2 (no net, no scopes).
-struct ll_ruleset_attr {
-  uint64_t handled_access_fs;
-  uint64_t handled_access_net; // ABI >= 4
-  uint64_t scoped;             // ABI >= 6
-};
-struct __attribute__((packed)) ll_path_beneath_attr {
-  uint64_t allowed_access;
-  int32_t parent_fd;
-};
-constexpr uint32_t ll_create_ruleset_version = 1u << 0;
-constexpr int ll_rule_path_beneath = 1;
-constexpr uint64_t ll_fs_write_file = 1ull << 1, ll_fs_remove_dir = 1ull << 4,
-                   ll_fs_remove_file = 1ull << 5, ll_fs_make_char = 1ull << 6,
-                   ll_fs_make_dir = 1ull << 7, ll_fs_make_reg = 1ull << 8,
-                   ll_fs_make_sock = 1ull << 9, ll_fs_make_fifo = 1ull << 10,
-                   ll_fs_make_block = 1ull << 11, ll_fs_make_sym = 1ull << 12,
-                   ll_fs_refer = 1ull << 13, ll_fs_truncate = 1ull << 14;
-constexpr uint64_t ll_net_bind_tcp = 1ull << 0, ll_net_connect_tcp = 1ull << 1;
-constexpr uint64_t ll_scope_abstract_unix = 1ull << 0, ll_scope_signal = 1ull << 1;
-
-// Writes (create, modify, delete, rename) only beneath `scratch` and to /dev/null; no TCP bind or
-// connect (ABI >= 4); no signals to processes outside the executor, such as the pool (ABI >= 6).
+// Writes (create, modify, delete, rename) only beneath `scratch`, the extra folders and /dev/null;
+// reads stay open (the executor's LibTorch and CUDA load what they like). TCP and signal scoping
+// as containment.hpp says.
 expected<int> restrict_with_landlock(const std::string& scratch,
                                      const std::vector<std::string>& writable) {
-#ifdef SYS_landlock_create_ruleset
-  long abi = syscall(SYS_landlock_create_ruleset, nullptr, 0, ll_create_ruleset_version);
-  if (abi < 1) return error{"landlock unavailable: " + errno_text()};
-  uint64_t writes = ll_fs_write_file | ll_fs_remove_dir | ll_fs_remove_file | ll_fs_make_char |
-                    ll_fs_make_dir | ll_fs_make_reg | ll_fs_make_sock | ll_fs_make_fifo |
-                    ll_fs_make_block | ll_fs_make_sym;
-  if (abi >= 2) writes |= ll_fs_refer;
-  if (abi >= 3) writes |= ll_fs_truncate;
-  ll_ruleset_attr attr{writes, 0, 0};
-  size_t attr_size = sizeof(uint64_t);
-  if (abi >= 4) {
-    attr.handled_access_net = ll_net_bind_tcp | ll_net_connect_tcp;
-    attr_size = 2 * sizeof(uint64_t);
-  }
-  if (abi >= 6) {
-    attr.scoped = ll_scope_abstract_unix | ll_scope_signal;
-    attr_size = sizeof(attr);
-  }
-  int rs = static_cast<int>(syscall(SYS_landlock_create_ruleset, &attr, attr_size, 0));
-  if (rs < 0) return error{"landlock_create_ruleset: " + errno_text()};
-  auto allow = [&](const char* path, uint64_t access) -> status {
-    int fd = open(path, O_PATH | O_CLOEXEC);
-    if (fd < 0) return error{std::string("landlock: open ") + path + ": " + errno_text()};
-    ll_path_beneath_attr pb{access, fd};
-    long r = syscall(SYS_landlock_add_rule, rs, ll_rule_path_beneath, &pb, 0);
-    int saved = errno;
-    close(fd);
-    if (r != 0)
-      return error{std::string("landlock_add_rule ") + path + ": " + std::strerror(saved)};
-    return ok();
-  };
-  status st = allow(scratch.c_str(), writes);
-  for (const auto& w : writable)
-    if (st) st = allow(w.c_str(), writes);
-  if (st) st = allow("/dev/null", ll_fs_write_file | (abi >= 3 ? ll_fs_truncate : 0));
-  if (st && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-    st = error{"PR_SET_NO_NEW_PRIVS: " + errno_text()};
-  if (st && syscall(SYS_landlock_restrict_self, rs, 0) != 0)
-    st = error{"landlock_restrict_self: " + errno_text()};
-  close(rs);
-  if (!st) return st.err();
-  return static_cast<int>(abi);
-#else
-  return error{"landlock: not supported by this build"};
-#endif
+  landlock_paths paths;
+  paths.restrict_reads = false;
+  paths.read_write = {scratch, "/dev/null"};
+  paths.read_write.insert(paths.read_write.end(), writable.begin(), writable.end());
+  auto rules = prepare_landlock(paths);
+  if (!rules) return rules.err();
+  if (int e = enforce_landlock(*rules); e != 0)
+    return error{std::string("landlock_restrict_self: ") + std::strerror(e)};
+  return rules->abi();
 }
 
 } // namespace

@@ -36,5 +36,4 @@ struct sandbox_state {
 // optional layers that the kernel refuses become warnings.
 expected<sandbox_state> apply_sandbox(const sandbox_options& opts);
 
-
 } // namespace kiln

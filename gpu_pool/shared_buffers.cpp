@@ -85,12 +85,12 @@ shared_buffers::create(const std::vector<buffer_spec>& inputs,
     if (fd < 0) return error{std::string("memfd_create: ") + std::strerror(errno)};
     if (ftruncate(fd, b->bytes_) != 0) {
       close(fd);
-      return error{"job buffers of " + std::to_string(b->bytes_) + " bytes: " +
-                   std::strerror(errno)};
+      return error{"job buffers of " + std::to_string(b->bytes_) +
+                   " bytes: " + std::strerror(errno)};
     }
     fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-    void* p = mmap(nullptr, static_cast<size_t>(b->bytes_), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                   0);
+    void* p =
+        mmap(nullptr, static_cast<size_t>(b->bytes_), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       close(fd);
       return error{std::string("mmap of the job buffers: ") + std::strerror(errno)};
@@ -111,8 +111,8 @@ shared_buffers::create(const std::vector<buffer_spec>& inputs,
   }
   k = 0;
   auto* base = static_cast<char*>(b->base_);
-  for (auto [group, dst] : {std::pair{&inputs, &b->in_}, std::pair{&params, &b->par_},
-                            std::pair{&outputs, &b->out_}})
+  for (auto [group, dst] :
+       {std::pair{&inputs, &b->in_}, std::pair{&params, &b->par_}, std::pair{&outputs, &b->out_}})
     for (const auto& s : *group) {
       auto opts = at::TensorOptions().dtype(s.type).device(device);
       guarded_buffer g;

@@ -97,7 +97,8 @@ std::optional<check_result> calibrate(job_context& c, int calls, int64_t flush_b
     auto r = c.host->empty_call(c.deadline_ms);
     if (r.failure != call_failure::none)
       return failure(outcome_kind::runtime_error, "kernel process failed while idle: " + r.why);
-    if (r.prev_cycle_cpu_ms >= 0) outside.push_back(std::max(0.0, r.prev_cycle_cpu_ms - r.prev_wall_ms));
+    if (r.prev_cycle_cpu_ms >= 0)
+      outside.push_back(std::max(0.0, r.prev_cycle_cpu_ms - r.prev_wall_ms));
   }
   auto& k = c.costs;
   k.wall_p10_ms = percentile(wall, 0.1);
@@ -149,7 +150,8 @@ check_result time_reference(const task& t, const std::vector<at::Tensor>& params
     return ok();
   };
   auto summary = measure(opts, *dev.flusher, prepare, run);
-  if (!summary) return failure(outcome_kind::runtime_error, "reference failed: " + summary.message());
+  if (!summary)
+    return failure(outcome_kind::runtime_error, "reference failed: " + summary.message());
   check_result r;
   r.time = summary->t;
   return r;

@@ -54,7 +54,7 @@ struct eval_summary {
   double mean_turns = 0;
   int beyond_roofline = 0, throttled = 0; // correct tasks so flagged
   int suspect = 0; // either flag: counted as no faster than the baselines in fast_p and geomeans
-  int sm_mhz_min = 0, sm_mhz_max = 0;     // over correct tasks with readable clocks
+  int sm_mhz_min = 0, sm_mhz_max = 0; // over correct tasks with readable clocks
 };
 
 eval_summary summarize(const std::vector<eval_row>& rows);

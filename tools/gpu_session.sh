@@ -4,7 +4,8 @@
 # $OUT/results.tgz at the end. A step that fails does not stop the others. On the lent device
 # machine:
 #   source .dev/setup.sh && bash tools/gpu_session.sh build gpu_tests bench_learner
-# Steps: build (kiln only) | build_tests (kiln + gpu tests) | gpu_tests | bench_learner |
+# Steps: build (kiln only) | build_tests (kiln + gpu tests) | gpu_tests | executor_tests |
+#        bench_learner |
 #        validate | baselines | baselines_only | eval | run | bench_pool | sources
 # KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_BASELINES names a baselines file
 # for eval and run (default: the one the baselines step wrote).
@@ -22,10 +23,19 @@ configure() {
 
 step_build() { configure && cmake --build build-gpu --target kiln; }
 step_build_tests() {
-  configure && cmake --build build-gpu --target kiln kiln_cuda_executor_test \
+  configure && cmake --build build-gpu --target kiln kiln-kernel-host kiln-kernel-host-cuda kiln_cuda_executor_test \
     kiln_reference_cuda_test kiln_learner_cuda_test
 }
 step_gpu_tests() { (cd build-gpu && ctest -L gpu --output-on-failure --timeout 400); }
+# The cuda executor's tests alone, every MESSAGE (figures) printed, kernel hosts' stderr kept.
+step_executor_tests() {
+  KILN_KERNEL_HOST_STDERR=1 build-gpu/tests/kiln_cuda_executor_test -s \
+    > "$out/executor_tests.full.log" 2>&1
+  local rc=$?
+  grep -E "MESSAGE|ERROR|FATAL|TEST CASE|test cases|kiln|logged" "$out/executor_tests.full.log" |
+    tail -n 300
+  return $rc
+}
 step_bench_learner() {
   "$bin" bench learner --device cuda --updates 10 --json > "$out/bench_learner_cuda.json" &&
     "$bin" bench learner --device cuda --d-model 512 --layers 6 --heads 8 --updates 0 --json \

@@ -19,10 +19,9 @@ namespace fs = std::filesystem;
 
 inline const char* kTask = kAddRelu;
 
-
 // `prologue` runs first (may return), then the correct loop unless `body` replaces it.
 inline std::string kernel(const std::string& prologue, const std::string& body = "",
-                   const std::string& globals = "", int rows = 256) {
+                          const std::string& globals = "", int rows = 256) {
   std::string loop = R"(
   for (int64_t i = 0; i < ROWS; ++i)
     for (int64_t j = 0; j < 1024; ++j) {
@@ -140,7 +139,9 @@ inline executor_options test_options() {
   return o;
 }
 
-inline std::string describe(const outcome& o) { return std::string(to_string(o.kind)) + ": " + o.message; }
+inline std::string describe(const outcome& o) {
+  return std::string(to_string(o.kind)) + ": " + o.message;
+}
 
 inline const artifact_ref& good_kernel() {
   static artifact_ref a = compile(kernel(""));
@@ -157,6 +158,5 @@ inline executor_client& shared_client() {
   static executor_client c(test_options());
   return c;
 }
-
 
 } // namespace kiln::test

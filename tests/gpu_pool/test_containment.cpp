@@ -59,7 +59,8 @@ bool can_mprotect_exec() {
 
 } // namespace
 
-TEST_CASE("seccomp kernel profiles: no processes, sockets or outside signals; then no exec memory") {
+TEST_CASE(
+    "seccomp kernel profiles: no processes, sockets or outside signals, then no exec memory") {
   int code = in_child([] {
     auto load = seccomp_program(seccomp_profile::kernel_load, getpid());
     auto run = seccomp_program(seccomp_profile::kernel_run, getpid());
@@ -112,8 +113,10 @@ TEST_CASE("landlock: reads beneath the granted paths only, writes beneath the wr
     if (enforce_landlock(*rules) != 0) return 64;
     int bad = 0;
     int fd = open(rw.c_str(), O_WRONLY | O_CREAT, 0600);
-    if (fd < 0) bad |= 1;
-    else close(fd);
+    if (fd < 0)
+      bad |= 1;
+    else
+      close(fd);
     if (open(secret.c_str(), O_RDONLY) >= 0) bad |= 2;
     if (open(other.c_str(), O_WRONLY | O_CREAT, 0600) >= 0) bad |= 4;
     if (open("/etc/passwd", O_RDONLY) >= 0) bad |= 8;

@@ -380,7 +380,8 @@ __global__ void relu_heavy(const float* x, const float* b, float* y, long long n
   for (int r = 0; r < reps; ++r) acc += (v > 0.f ? v : 0.f) * (r == 0 ? 1.f : 0.f) + 0.f * acc;
   y[i] = acc;
 }
-)" + globals + R"(
+)" + globals +
+         R"(
 extern "C" int kiln_cuda_run(const void* const* in, const void* const* par, void* const* out,
                              void* stream_arg) {
   cudaStream_t stream = (cudaStream_t)stream_arg;
@@ -388,8 +389,10 @@ extern "C" int kiln_cuda_run(const void* const* in, const void* const* par, void
   const float* b = (const float*)par[0];
   float* y = (float*)out[0];
   const long long n = 512LL * 1024;
-)" + before + R"(
-  relu_heavy<<<n / 256, 256, 0, stream>>>(x, b, y, n, )" + std::to_string(reps) + R"();
+)" + before +
+         R"(
+  relu_heavy<<<n / 256, 256, 0, stream>>>(x, b, y, n, )" +
+         std::to_string(reps) + R"();
   return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }
 )";
@@ -397,9 +400,10 @@ extern "C" int kiln_cuda_run(const void* const* in, const void* const* par, void
 
 // The hostile sources, named for the attack they try.
 // Hashes a strided sample of x on the host; on a hit copies the remembered y and returns.
-std::string cache_src() { return heavy(R"(
+std::string cache_src() {
+  return heavy(R"(
 static uint64_t keys[64]; static void* vals[64]; static int used;)",
-                                     R"(
+               R"(
   float probe[64]; cudaMemcpy(probe, x, sizeof probe, cudaMemcpyDeviceToHost);
   uint64_t k = 1469598103934665603ull;
   for (int i = 0; i < 64; ++i) { uint32_t v; memcpy(&v, &probe[i], 4); k = (k ^ v) * 1099511628211ull; }
@@ -408,33 +412,44 @@ static uint64_t keys[64]; static void* vals[64]; static int used;)",
   if (used < 64) { keys[used] = k; cudaMalloc(&vals[used], n * 4); }
   relu_heavy<<<n / 256, 256, 0, stream>>>(x, b, y, n, 4000);
   if (used < 64) cudaMemcpyAsync(vals[used++], y, n * 4, cudaMemcpyDeviceToDevice, stream);
-  return 0;)"); }
+  return 0;)");
+}
 // Computes on the verification calls, then launches nothing on most timed trials.
-std::string lazy_src() { return heavy("static int calls;", "  if (++calls > 5 && calls % 40 != 0) return 0;"); }
+std::string lazy_src() {
+  return heavy("static int calls;", "  if (++calls > 5 && calls % 40 != 0) return 0;");
+}
 // Reads device memory far beyond its buffers, where the executor's reference would be if the two
 // shared an address space.
-std::string peek_src() { return heavy("", R"(
+std::string peek_src() {
+  return heavy("", R"(
   { float* far = (float*)((uintptr_t)y + (uintptr_t(1) << 34));
     cudaMemcpy(y, far, 4096, cudaMemcpyDeviceToDevice);
-    if (cudaGetLastError() == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess) return 0; })"); }
+    if (cudaGetLastError() == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess) return 0; })");
+}
 // Makes its own code writable and executable (the step before patching): returns 5 if it can.
-std::string patch_src() { return free_form(R"(
+std::string patch_src() {
+  return free_form(R"(
   { uintptr_t page = (uintptr_t)(void*)&kiln_cuda_run & ~(uintptr_t)4095;
     if (mprotect((void*)page, 4096, PROT_READ | PROT_WRITE | PROT_EXEC) == 0) return 5; }
-)" + std::string(kLaunch)); }
+)" + std::string(kLaunch));
+}
 // A well-formed reply written on the kernel host's channel before computing.
-std::string forge_src() { return free_form(R"(
+std::string forge_src() {
+  return free_form(R"(
   { struct { uint32_t magic, version, op; int32_t code; uint64_t seq; int64_t pid, uid;
              int32_t ll, sc; double stream, residual; char text[240]; } r;
     memset(&r, 0, sizeof r); r.magic = 0x484e4c4b; r.version = 1; r.op = 5;
     for (uint64_t s = 0; s < 64; ++s) { r.seq = s; send(3, &r, sizeof r, MSG_NOSIGNAL); } }
-)" + std::string(kLaunch)); }
+)" + std::string(kLaunch));
+}
 // A child that leaves the session and stays.
-std::string orphan_src() { return free_form(R"(
+std::string orphan_src() {
+  return free_form(R"(
   { pid_t p = fork();
     if (p == 0) { if (fork() == 0) { setsid(); for (;;) pause(); } _exit(0); }
     if (p > 0) waitpid(p, 0, 0); }
-)" + std::string(kLaunch)); }
+)" + std::string(kLaunch));
+}
 
 executor_options unsandboxed() {
   auto o = options();
@@ -447,7 +462,8 @@ executor_options unsandboxed() {
 
 } // namespace
 
-TEST_CASE("hostile cuda: a content cache never hits, lazy trials are caught, no reference to read") {
+TEST_CASE(
+    "hostile cuda: a content cache never hits, lazy trials are caught, no reference to read") {
   task t = the_task();
   executor_client client(options());
   auto honest = client.run(make(t, job_kind::evaluate, build_free_form(heavy("", ""))));
@@ -469,7 +485,9 @@ TEST_CASE("hostile cuda: a content cache never hits, lazy trials are caught, no 
   // two shared an address space: an illegal address in its own context.
   auto peek = build_free_form(peek_src());
   auto p = client.run(make(t, job_kind::verify, peek));
-  CHECK_MESSAGE(p.kind != outcome_kind::correct, p.message);
+  // Correct means the read failed and it computed; had it read something it would have returned
+  // without computing (wrong). Either way its context, not the executor's, took the error.
+  CHECK_MESSAGE(p.kind == outcome_kind::correct, p.message);
   auto after = client.run(make(t, job_kind::verify, build_free_form(free_form(kLaunch))));
   CHECK_MESSAGE(after.kind == outcome_kind::correct, after.message);
 }
@@ -503,14 +521,15 @@ TEST_CASE("hostile cuda: no code patching, no forged replies, no processes outli
 
 // Builds every free-form source above with nvcc (no device needed): run where no GPU is.
 TEST_CASE("hostile sources compile") {
-  for (const auto& src : {heavy("", ""), free_form(kLaunch), cache_src(), lazy_src(), peek_src(),
-                          patch_src(), forge_src(), orphan_src()})
+  for (const auto& src : {heavy("", ""), heavy("", "", 100000), free_form(kLaunch), cache_src(),
+                          lazy_src(), peek_src(), patch_src(), forge_src(), orphan_src()})
     build_free_form(src);
 }
 
 TEST_CASE("hostile cuda: in-process times that undercut the executor's clock are refused") {
   task t = the_task();
-  auto art = build_free_form(heavy("", ""));
+  // ~5 ms per call: far above the window's jitter (tenths of a millisecond on the H200).
+  auto art = build_free_form(heavy("", "", 100000));
   // A kernel host that reports a tenth of its events' time, as a compromised one would.
   setenv("KILN_FAULT_SCALE_EVENTS", "0.1", 1);
   executor_client lying(options());

@@ -64,14 +64,16 @@ extern "C" int kiln_run(const kiln_host* host, const void* const* in, const void
   const float* a = (const float*)in[0];
   const float* w = (const float*)par[0];
   float* y = (float*)out[0];
-)" + lookup + R"(
+)" + lookup +
+         R"(
   for (int i = 0; i < N; ++i)
     for (int j = 0; j < N; ++j) {
       float s = 0;
       for (int k = 0; k < N; ++k) s += a[i * N + k] * w[k * N + j];
       y[i * N + j] = s;
     }
-)" + store + R"(
+)" + store +
+         R"(
   return 0;
 }
 )";
@@ -133,8 +135,8 @@ struct canary {
     fs::permissions(dir, fs::perms::all); // anyone may write here: only the sandbox stops it
     path = dir + "/secret.txt";
     std::ofstream(path) << token << "\n";
-    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write |
-                              fs::perms::group_read | fs::perms::others_read);
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                              fs::perms::others_read);
   }
   ~canary() {
     std::error_code ec;
@@ -175,18 +177,19 @@ static uint64_t key_of(const float* a, int stride) {
 })";
   for (int stride : {1, 97}) {
     std::string s = std::to_string(stride);
-    auto cache = compile(matmul_kernel(
-        globals,
-        "  uint64_t k = key_of(a, " + s +
-            ");\n  for (int i = 0; i < used; ++i) if (keys[i] == k) { memcpy(y, vals[i], N * N * 4); "
-            "return 0; }",
-        "  if (used < 64) { keys[used] = k; vals[used] = (float*)malloc(N * N * 4); "
-        "memcpy(vals[used++], y, N * N * 4); }"));
+    auto cache = compile(
+        matmul_kernel(globals,
+                      "  uint64_t k = key_of(a, " + s +
+                          ");\n  for (int i = 0; i < used; ++i) if (keys[i] == k) { memcpy(y, "
+                          "vals[i], N * N * 4); "
+                          "return 0; }",
+                      "  if (used < 64) { keys[used] = k; vals[used] = (float*)malloc(N * N * 4); "
+                      "memcpy(vals[used++], y, N * N * 4); }"));
     auto o = run_logged(c, matmul_job(job_kind::evaluate, cache));
     REQUIRE_MESSAGE(o.kind == outcome_kind::correct, describe(o));
     // A hit is ~100x faster than computing; never hitting, the cache kernel is as slow as honest.
-    CHECK_MESSAGE(o.time->median_ms > 0.6 * honest.time->median_ms,
-                  "cache kernel ", o.time->median_ms, " ms vs honest ", honest.time->median_ms);
+    CHECK_MESSAGE(o.time->median_ms > 0.6 * honest.time->median_ms, "cache kernel ",
+                  o.time->median_ms, " ms vs honest ", honest.time->median_ms);
     MESSAGE("stride ", stride, ": cache kernel ", o.time->median_ms, " ms, honest ",
             honest.time->median_ms, " ms, ", o.time->checked, " trials checked");
   }
@@ -198,8 +201,8 @@ TEST_CASE("lazy trials: garbage on trials it guesses are unchecked is caught aft
   // Honest on the verification calls (the first five), then lazy except on every 40th call (a
   // guess at the stop rule); and a kernel lazy on a random 60% of its timed calls.
   for (const char* rule : {"calls > 5 && calls % 40 != 0", "calls > 5 && rand() % 10 < 6"}) {
-    auto lazy = compile(matmul_kernel("static int calls;", std::string("  ++calls;\n  if (") +
-                                                               rule + ") return 0;"));
+    auto lazy = compile(matmul_kernel("static int calls;",
+                                      std::string("  ++calls;\n  if (") + rule + ") return 0;"));
     auto o = run_logged(c, matmul_job(job_kind::evaluate, lazy));
     CHECK_MESSAGE(o.kind == outcome_kind::wrong, rule, ": ", describe(o));
     CHECK_MESSAGE(o.message.find("checked after timing") != std::string::npos, o.message);
@@ -226,8 +229,9 @@ TEST_CASE("reference in memory: the kernel's process holds no reference to find"
             memcpy(y, p + i, n * 4); return 0; }
       }
     return 0; })",
-                             "", "#include <setjmp.h>\n#include <signal.h>\nstatic sigjmp_buf jb;\n"
-                                 "static void on_fault(int) { siglongjmp(jb, 1); }\n"));
+                             "",
+                             "#include <setjmp.h>\n#include <signal.h>\nstatic sigjmp_buf jb;\n"
+                             "static void on_fault(int) { siglongjmp(jb, 1); }\n"));
   auto o = run_logged(c, make_job(job_kind::verify, scan, 60));
   CHECK_MESSAGE(o.kind == outcome_kind::wrong, describe(o));
   still_serves(c);
@@ -240,9 +244,10 @@ TEST_CASE("verifier patch: no executable memory can be made after load, nothing 
   { uintptr_t page = (uintptr_t)(void*)&kiln_run & ~(uintptr_t)4095;
     if (mprotect((void*)page, 4096, PROT_READ | PROT_WRITE | PROT_EXEC) == 0) return 5;
     if (open("/proc/self/exe", O_RDONLY) >= 0) return 6; })",
-                              "", "#include <fcntl.h>\n#include <sys/mman.h>\n"
-                                  "extern \"C\" int kiln_run(const kiln_host*, const void* const*, "
-                                  "const void* const*, void* const*);\n"));
+                              "",
+                              "#include <fcntl.h>\n#include <sys/mman.h>\n"
+                              "extern \"C\" int kiln_run(const kiln_host*, const void* const*, "
+                              "const void* const*, void* const*);\n"));
   executor_client open_one(unsandboxed());
   auto ctl = open_one.run(make_job(job_kind::verify, patch));
   CHECK_MESSAGE(ctl.kind == outcome_kind::runtime_error, describe(ctl));
@@ -330,13 +335,14 @@ TEST_CASE("interference: no process outlives its job (setsid double fork)") {
   still_serves(c);
 }
 
-TEST_CASE("leaks: files, sockets and the network are out of reach; no outcome carries a secret") {
+TEST_CASE("leaks: files, sockets and the network are out of reach, no outcome carries a secret") {
   const auto& k = the_canary();
   // Reads the canary; returns its first byte (a channel) when it can.
   auto reader = compile(kernel(R"(
   { FILE* f = fopen(")" + k.path + R"(", "r");
     if (f) { int ch = fgetc(f); fclose(f); return ch; }
-    DIR* d = opendir(")" + cache_dir() + R"(");
+    DIR* d = opendir(")" + cache_dir() +
+                                   R"(");
     if (d) { closedir(d); return 3; } })",
                                "", "#include <dirent.h>\n"));
   // A unix socket of the host's, and TCP on loopback.
@@ -359,18 +365,21 @@ TEST_CASE("leaks: files, sockets and the network are out of reach; no outcome ca
   auto dialer = compile(kernel(R"(
   { int s = socket(AF_UNIX, SOCK_STREAM, 0);
     if (s >= 0) { struct sockaddr_un a; memset(&a, 0, sizeof a); a.sun_family = AF_UNIX;
-      strcpy(a.sun_path, ")" + sock_path + R"(");
+      strcpy(a.sun_path, ")" + sock_path +
+                                   R"(");
       if (connect(s, (struct sockaddr*)&a, sizeof a) == 0) return 7; close(s); }
     int t = socket(AF_INET, SOCK_STREAM, 0);
     if (t >= 0) { struct sockaddr_in a; memset(&a, 0, sizeof a); a.sin_family = AF_INET;
-      a.sin_port = htons()" + std::to_string(ntohs(ta.sin_port)) + R"(); a.sin_addr.s_addr = htonl(0x7f000001);
+      a.sin_port = htons()" + std::to_string(ntohs(ta.sin_port)) +
+                                   R"(); a.sin_addr.s_addr = htonl(0x7f000001);
       if (connect(t, (struct sockaddr*)&a, sizeof a) == 0) return 8; close(t); } })",
                                "", "#include <sys/un.h>\n"));
   // Writes outside its scratch directory.
   auto outside = fs::path(k.dir) / "escaped.txt";
   auto writer = compile(kernel(R"(
   { FILE* f = fopen("inside.txt", "w"); if (!f) return 11; fputs("ok", f); fclose(f);
-    FILE* g = fopen(")" + outside.string() + R"(", "w"); if (g) { fclose(g); return 9; } })"));
+    FILE* g = fopen(")" + outside.string() +
+                               R"(", "w"); if (g) { fclose(g); return 9; } })"));
 
   executor_client open_one(unsandboxed());
   for (const auto* a : {&reader, &dialer, &writer}) {
@@ -398,7 +407,8 @@ TEST_CASE("leaks through the compiler: #include and .incbin of a secret fail, qu
   o.cache_dir = cache_dir();
   o.include_dir = std::string(KILN_SOURCE_DIR) + "/skills";
   std::string inc = "#include \"" + k.path + "\"\nint x;\n";
-  std::string bin = "__asm__(\".section .rodata\\n.incbin \\\"" + k.path + "\\\"\\n.text\");\nint y;\n";
+  std::string bin =
+      "__asm__(\".section .rodata\\n.incbin \\\"" + k.path + "\\\"\\n.text\");\nint y;\n";
   for (const auto& src : {inc, bin}) {
     auto open = o;
     open.sandbox = false;
@@ -411,4 +421,3 @@ TEST_CASE("leaks through the compiler: #include and .incbin of a secret fail, qu
     CHECK_MESSAGE(a.message().find(k.token) == std::string::npos, a.message());
   }
 }
-

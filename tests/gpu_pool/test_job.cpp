@@ -122,8 +122,11 @@ TEST_CASE("outcomes round trip, with and without mismatch and timings") {
 }
 
 TEST_CASE("hello round trips") {
-  executor_hello h{1234,         65534, true, true, 6, "/tmp/kiln-exec-x", "w1; w2", "nvml: H200",
-                   0, "kernel host uid 65534, landlock abi 7, seccomp on"};
+  executor_hello h{1234,     65534,
+                   true,     true,
+                   6,        "/tmp/kiln-exec-x",
+                   "w1; w2", "nvml: H200",
+                   0,        "kernel host uid 65534, landlock abi 7, seccomp on"};
   auto d = decode_hello(encode(h));
   REQUIRE(d.has_value());
   CHECK(d->pid == 1234);

@@ -154,7 +154,7 @@ TEST_CASE("episode: a flagged timing earns no speed tier, whatever its speedup")
   auto r = run_episode(f, pool, cfg);
   REQUIRE(r.traj);
   REQUIRE(r.traj->turns.size() == 2);
-  CHECK(r.traj->turns[0].reward == 1); // correct, no speed tier
+  CHECK(r.traj->turns[0].reward == 1);                           // correct, no speed tier
   CHECK(r.traj->turns[0].speedup_eager == doctest::Approx(2.0)); // the figure stays visible
   CHECK(r.traj->turns[1].reward == 2);
 }
