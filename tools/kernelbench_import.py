@@ -197,6 +197,15 @@ def load_problems(paths, level_override):
     return probs
 
 
+def short_source(source):
+    """level2/1_Conv2D_ReLU_BiasAdd.py (from the levelN folder on), or the file's base name."""
+    parts = os.path.normpath(source).split(os.sep)
+    for i in range(len(parts) - 1, -1, -1):
+        if re.fullmatch(r"level_?\d+", parts[i], re.IGNORECASE):
+            return "/".join(parts[i:])
+    return os.path.basename(source)
+
+
 def assign_names(probs):
     """kb_l<level>_<stem>, unique over the run (a repeat gets _2, _3, ...)."""
     used = set()
@@ -279,6 +288,7 @@ class Recorder:
     def __init__(self, meta=False, inits=False):
         self.meta, self.inits = meta, inits
         self.records, self.keep, self.saved, self.depth = {}, [], [], 0
+        self.exprs, self.mode = {}, None  # id(tensor) -> how it was computed (inputs only)
 
     def key(self, t):
         # meta tensors have no storage (data_ptr 0): identity, which the kept refs make unique
@@ -348,9 +358,42 @@ class Recorder:
                 return p
             self.saved.append((nn.Parameter, "__new__", orig_new))
             nn.Parameter.__new__ = staticmethod(new)
+        elif self.meta:  # get_inputs(): say how an input that is not a plain draw was made
+            self.mode = self._mode()
+            self.mode.__enter__()
         return self
 
+    def expression(self, t):
+        return self.exprs.get(id(t))
+
+    def _mode(self):
+        rec = self
+
+        def show(a):
+            if isinstance(a, torch.Tensor):
+                return rec.exprs.get(id(a), f"tensor{list(a.shape)}")
+            if isinstance(a, (list, tuple)):
+                return "(" + ", ".join(show(x) for x in a) + ")"
+            return repr(a)
+
+        class Mode(torch.overrides.TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                if isinstance(out, torch.Tensor) and id(out) not in rec.exprs:
+                    name = getattr(func, "__name__", str(func))
+                    parts = [show(a) for a in args] + [
+                        f"{k}={show(v)}" for k, v in kwargs.items()
+                        if k not in ("device", "generator", "requires_grad")]
+                    rec.exprs[id(out)] = f"{name}({', '.join(parts)})"[:160]
+                    rec.keep.append(out)
+                return out
+        return Mode()
+
     def __exit__(self, *exc):
+        if self.mode is not None:
+            self.mode.__exit__(*exc)
+            self.mode = None
         for mod, n, orig in reversed(self.saved):
             setattr(mod, n, orig)
         self.saved = []
@@ -370,9 +413,10 @@ def input_init(t, rec, where):
                       f"{where} is {t.dtype}; Kiln's inputs are drawn in the task dtype (float32)")
     r = rec.lookup(t)
     if r is None or r[0][0] != "factory":
+        expr = rec.expression(t)
         raise Blocked("input", "input drawn by an expression",
-                      f"{where}: not a plain torch.rand / randn / randint / ones / zeros draw "
-                      "(Kiln inits: uniform [0,1), normal, randint:LO:HI, ones, zeros)")
+                      f"{where} = {expr or 'an expression'}: not a plain torch.rand / randn / "
+                      "randint / ones / zeros draw")
     how, version = r
     name, args, kwargs = how[1], how[2], how[3]
     if t._version != version:
@@ -2250,6 +2294,22 @@ def spec_bytes(spec, shapes):
     return n
 
 
+def blas_gflop(spec, shapes):
+    """Estimated GFLOP of one forward's linear / matmul / bmm ops: the ops this machine's
+    LibTorch runs through the reference BLAS (a few GFLOP/s), the check's main cost."""
+    for d in spec["inputs"] + spec["params"]:
+        shapes.setdefault(d["name"], d["shape"])
+    total = 0
+    for op in spec["ops"]:
+        if op["op"] not in ("linear", "matmul", "bmm"):
+            continue
+        out, a = shapes.get(op["out"]), shapes.get(op["args"][0])
+        if out is None or not a:
+            continue
+        total += 2 * math.prod(out) * a[-1]
+    return total / 1e9
+
+
 # ---------------------------------------------------------------- TOML
 
 def toml_value(v):
@@ -2429,7 +2489,7 @@ def map_problem(prob, conf):
         res["level"] = level
         res["notes"].append(f"level inferred ({level}) from the op count")
         prob["name"] = res["name"] = f"kb_l{level}_" + prob["name"][3:]
-    desc = f"KernelBench {prob['source']}"
+    desc = f"KernelBench {short_source(prob['source'])}"
     if scaling.get("batch_size"):
         b = scaling["batch_size"]
         desc += f"; batch_size {b['from']} -> {b['to']} (--scale-batch {conf['scale_batch']:g})"
@@ -2448,6 +2508,7 @@ def map_problem(prob, conf):
             shapes_by_value.setdefault(v.name, v.shape)
     res["ops"] = len(ops)
     res["bytes"] = spec_bytes(spec, shapes_by_value)
+    res["blas_gflop"] = blas_gflop(spec, dict(shapes_by_value))
     res["shapes"] = {"inputs": [d["shape"] for d in inputs],
                      "outputs": [shapes_by_value.get(o) for o in outs]}
     state = {"spec": spec, "ns": ns, "init_items": init_items, "items": items, "gm": gm,
@@ -2610,7 +2671,13 @@ def worker_main(prob, conf, conn):
             res["status"] = "too_large"
             res["blockers"] = [Blocked("too_large", "too large to check here",
                                        f"tensors need {res['bytes'] / 2 ** 20:.0f} MiB, over "
-                                       f"--max-mib {conf['max_mib']}").as_dict()]
+                                       f"--max-mib {conf['max_mib']:g}").as_dict()]
+        elif res["blas_gflop"] > conf["max_gflop"]:
+            res["status"] = "too_large"
+            res["blockers"] = [Blocked("too_large", "too slow to check here",
+                                       f"linear / matmul / bmm need {res['blas_gflop']:.1f} "
+                                       f"GFLOP per forward, over --max-gflop "
+                                       f"{conf['max_gflop']:g}").as_dict()]
         else:
             with tempfile.TemporaryDirectory(prefix="kiln_kb_") as tmp:
                 flags = check_problem(state, res, conf, tmp)
@@ -2748,8 +2815,11 @@ def parse_args(argv):
                    help="torch / kiln threads per job (default: cores / jobs)")
     p.add_argument("--level", type=int, default=None, metavar="N",
                    help="level for problems whose path or record does not say")
-    p.add_argument("--max-mib", type=int, default=2048, metavar="M",
+    p.add_argument("--max-mib", type=float, default=2048, metavar="M",
                    help="largest task (all tensors) checked here; larger: too_large")
+    p.add_argument("--max-gflop", type=float, default=16.0, metavar="G",
+                   help="largest linear/matmul/bmm work per forward checked here (this "
+                        "LibTorch's reference BLAS runs a few GFLOP/s); larger: too_large")
     p.add_argument("--timeout", type=float, default=900.0, metavar="S",
                    help="seconds per problem")
     p.add_argument("--no-check", action="store_true",
@@ -2759,7 +2829,7 @@ def parse_args(argv):
         raise UsageError(f"--from {a.source_format}: only 'kernelbench' is supported")
     if not 0 < a.scale_batch <= 1:
         raise UsageError(f"--scale-batch {a.scale_batch}: expected 0 < F <= 1")
-    if a.jobs < 1 or a.threads < 0 or a.max_mib < 1 or a.timeout <= 0:
+    if a.jobs < 1 or a.threads < 0 or a.max_mib <= 0 or a.timeout <= 0 or a.max_gflop <= 0:
         raise UsageError("--jobs, --max-mib and --timeout must be positive, --threads >= 0")
     if a.level is not None and not 1 <= a.level <= 3:
         raise UsageError(f"--level {a.level}: expected 1, 2 or 3")
@@ -2783,6 +2853,7 @@ def main(argv):
     assign_names(probs)
     conf = {"scale_batch": args.scale_batch, "kiln": args.kiln, "threads": args.threads,
             "allow_degenerate": args.allow_degenerate, "max_mib": args.max_mib,
+            "max_gflop": args.max_gflop,
             "timeout": args.timeout, "no_check": args.no_check, "jobs": args.jobs}
     if args.out:
         try:

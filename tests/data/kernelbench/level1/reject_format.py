@@ -1,0 +1,12 @@
+# Hand-written test problem: no get_inputs().
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""Tests of tools/kernelbench_import.py (issue #15) on hand-written KernelBench-format problems
+(tests/data/kernelbench/; none is copied from KernelBench).
+
+    /usr/bin/python3 -m unittest tests/tools/test_kernelbench_import.py      # from the checkout
+    /usr/bin/python3 /path/to/tests/tools/test_kernelbench_import.py [-v] [TestName...]
+
+Needs a Python with torch (Debian's python3-torch) and a built kiln: $KILN, else build/kiln.
+The tests that need kiln skip, visibly, without one. About a minute on 2 cores.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOL = os.path.join(ROOT, "tools", "kernelbench_import.py")
+DATA = os.path.join(ROOT, "tests", "data", "kernelbench")
+KILN = os.environ.get("KILN") or os.path.join(ROOT, "build", "kiln")
+HAVE_KILN = os.path.isfile(KILN) and os.access(KILN, os.X_OK)
+
+try:
+    import torch  # noqa: F401
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import kernelbench_import as ki
+    TORCH_ERROR = None
+except (ImportError, SystemExit) as e:  # torch_baselines exits when torch is missing
+    ki, TORCH_ERROR = None, e
+
+
+def run_tool(*args, timeout=600):
+    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def need_kiln(test):
+    return unittest.skipUnless(HAVE_KILN, f"no kiln binary at {KILN} (set KILN=...)")(test)
+
+
+def by_stem(report):
+    return {os.path.splitext(os.path.basename(p["source"]))[0]: p for p in report["problems"]}
+
+
+def ops_of(spec):
+    return [o["op"] for o in spec["ops"]]
+
+
+def attrs_of(spec, op):
+    return [o.get("attrs", {}) for o in spec["ops"] if o["op"] == op]
+
+
+def params_of(spec):
+    return {p["name"]: p for p in spec["params"]}
+
+
+@unittest.skipIf(ki is None, f"needs torch: {TORCH_ERROR}")
+class MainRun(unittest.TestCase):
+    """One importer run over every hand-written problem (levels 1-4), with the numerical check."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not HAVE_KILN:
+            raise unittest.SkipTest(f"no kiln binary at {KILN} (set KILN=...)")
+        cls.tmp = tempfile.mkdtemp(prefix="kb_import_test_")
+        cls.out = os.path.join(cls.tmp, "out")
+        cls.report_path = os.path.join(cls.tmp, "report.json")
+        cls.proc = run_tool(*[os.path.join(DATA, f"level{n}") for n in (1, 2, 3, 4)],
+                            "--out", cls.out, "--report", cls.report_path, "--kiln", KILN,
+                            "--jobs", "2", "--scale-batch", "0.25")
+        with open(cls.report_path) as f:
+            cls.report = json.load(f)
+        cls.p = by_stem(cls.report)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def spec(self, stem):
+        p = self.p[stem]
+        self.assertEqual(p["status"], "imported", f"{stem}: {p['blockers']}")
+        with open(p["out"], "rb") as f:
+            return tomllib.load(f)
+
+    def blockers(self, stem):
+        p = self.p[stem]
+        self.assertEqual(p["status"], "rejected", stem)
+        self.assertFalse(os.path.exists(os.path.join(self.out, f"level{p['level']}",
+                                                     p["name"] + ".toml")), stem)
+        return {(b["kind"], b["what"]) for b in p["blockers"]}, p["blockers"]
+
+    def test_exit_status_progress_and_summary(self):
+        self.assertEqual(self.proc.returncode, 0, self.proc.stderr[-2000:])
+        self.assertRegex(self.proc.stderr, r"\[ *1/22\] ")  # progress lines on stderr
+        s = self.report["summary"]
+        self.assertEqual(s["1"]["problems"], 10)
+        self.assertEqual(s["2"]["problems"], 10)
+        self.assertEqual((s["3"]["problems"], s["3"]["rejected"]), (1, 1))
+        self.assertEqual((s["4"]["problems"], s["4"]["rejected"]), (1, 1))
+        self.assertEqual((s["1"]["imported"], s["1"]["degenerate"], s["1"]["rejected"]),
+                         (2, 2, 6))
+        self.assertEqual((s["2"]["imported"], s["2"]["rejected"]), (3, 7))
+        self.assertIn("level  problems  imported", self.proc.stdout)
+
+    def test_every_import_passed_the_check_and_shapes_only(self):
+        imported = [p for p in self.report["problems"] if p["status"] == "imported"]
+        self.assertEqual(len(imported), 5)
+        for p in imported:
+            self.assertEqual(p["check"], "ok", p["name"])
+            self.assertTrue(os.path.isfile(p["out"]), p["name"])
+        v = self.report["shapes_only_validate"]
+        self.assertEqual((v["exit"], v["tasks"]), (0, 5))
+        rc = subprocess.run([KILN, "tasks", "validate", "--shapes-only", self.out],
+                            capture_output=True, text=True)
+        self.assertEqual(rc.returncode, 0, rc.stdout + rc.stderr)
+
+    def test_modules_map_with_their_attributes_and_inits(self):
+        spec = self.spec("modules_conv_norm_pool")
+        self.assertEqual(spec["level"], 2)
+        self.assertEqual(ops_of(spec), [
+            "conv2d", "batch_norm", "leaky_relu", "max_pool2d", "group_norm", "hardtanh",
+            "conv_transpose2d", "instance_norm", "hardtanh", "avg_pool2d", "adaptive_avg_pool2d",
+            "flatten", "linear", "layer_norm", "gelu", "elu", "softplus", "softmax"])
+        self.assertEqual(attrs_of(spec, "conv2d"),
+                         [{"stride": 2, "padding": 1, "dilation": 1, "groups": 2}])
+        self.assertEqual(attrs_of(spec, "batch_norm"), [{"eps": 0.001, "momentum": 0.2}])
+        self.assertEqual(attrs_of(spec, "leaky_relu"), [{"negative_slope": 0.2}])
+        self.assertEqual(attrs_of(spec, "max_pool2d"),
+                         [{"kernel_size": 3, "stride": 2, "padding": 1, "dilation": 1}])
+        self.assertEqual(attrs_of(spec, "group_norm"), [{"num_groups": 2, "eps": 0.0001}])
+        self.assertEqual(attrs_of(spec, "hardtanh"), [{"min_val": -0.5, "max_val": 0.5},
+                                                      {"min_val": 0, "max_val": 6}])
+        self.assertEqual(attrs_of(spec, "conv_transpose2d"), [
+            {"stride": 2, "padding": 1, "dilation": 1, "groups": 1, "output_padding": 1}])
+        self.assertEqual(attrs_of(spec, "avg_pool2d"),
+                         [{"kernel_size": 2, "stride": 2, "padding": 0}])
+        self.assertEqual(attrs_of(spec, "adaptive_avg_pool2d"), [{"output_size": 1}])
+        self.assertEqual(attrs_of(spec, "flatten"), [{"start_dim": 1, "end_dim": -1}])
+        self.assertEqual(attrs_of(spec, "layer_norm"), [{"normalized_shape": 6, "eps": 1e-05}])
+        self.assertEqual(attrs_of(spec, "gelu"), [{"approximate": "tanh"}])
+        self.assertEqual(attrs_of(spec, "elu"), [{"alpha": 0.5}])
+        self.assertEqual(attrs_of(spec, "softplus"), [{"beta": 2, "threshold": 10}])
+        self.assertEqual(attrs_of(spec, "softmax"), [{"dim": 1}])
+        ps = params_of(spec)
+        self.assertEqual(ps["conv_weight"], {"name": "conv_weight", "shape": [8, 2, 3, 3],
+                                             "init": "kaiming_uniform"})
+        self.assertEqual(ps["conv_bias"]["init"], "bias_uniform")
+        self.assertEqual(ps["conv_bias"]["of"], "conv_weight")
+        self.assertEqual((ps["bn_weight"]["init"], ps["bn_bias"]["init"]), ("ones", "zeros"))
+        self.assertEqual(ps["up_weight"]["shape"], [8, 4, 3, 3])  # ConvTranspose: [in, out, k..]
+        self.assertNotIn("up_bias", ps)  # bias=False: two args
+        self.assertEqual(len(spec["ops"][ops_of(spec).index("conv_transpose2d")]["args"]), 2)
+        self.assertEqual((ps["fc_bias"]["init"], ps["fc_bias"]["of"]), ("bias_uniform",
+                                                                        "fc_weight"))
+        self.assertEqual(len(spec["ops"][ops_of(spec).index("instance_norm")]["args"]), 3)
+        self.assertEqual(spec["inputs"], [{"name": "x", "shape": [1, 4, 16, 16],
+                                           "init": "normal"}])
+        self.assertIn("level2/modules_conv_norm_pool.py", spec["description"])
+        self.assertIn("nn.ReLU6 -> hardtanh(0, 6)", self.p["modules_conv_norm_pool"]["rewrites"])
+        self.assertIn("nn.Dropout(p=0.0) -> identity",
+                      self.p["modules_conv_norm_pool"]["rewrites"])
+
+    def test_functions_operators_and_parameters(self):
+        spec = self.spec("functions_elementwise")
+        ops = ops_of(spec)
+        self.assertEqual(ops[:4], ["leaky_relu", "add", "mul", "clamp"])
+        self.assertEqual(attrs_of(spec, "leaky_relu"), [{"negative_slope": 0.1}])
+        self.assertEqual(attrs_of(spec, "clamp"), [{"min": -1, "max": 1.5}])
+        self.assertIn({"scalar": 2}, attrs_of(spec, "mul"))    # 2 * a
+        self.assertIn({"scalar": 0.5}, attrs_of(spec, "mul"))  # * nn.Parameter(torch.tensor(0.5))
+        self.assertIn({"scalar": 1}, attrs_of(spec, "add"))    # 1 - b -> neg(b) + 1
+        self.assertIn("neg", ops)
+        self.assertIn({"scalar": -1}, attrs_of(spec, "pow"))   # 1 / (...)
+        self.assertIn({"scalar": 2}, attrs_of(spec, "pow"))    # c ** 2
+        self.assertEqual(attrs_of(spec, "minimum"), [{"scalar": 0.75}])  # min(d, tensor(0.75))
+        self.assertEqual(attrs_of(spec, "maximum"), [{}])      # two tensors
+        self.assertIn({"scalar": 3}, attrs_of(spec, "div"))
+        self.assertEqual(ops.count("relu"), 1)                 # f.relu_()
+        ps = params_of(spec)
+        self.assertEqual((ps["bias"]["init"], ps["gain"]["init"]), ("normal", "ones"))
+        self.assertNotIn("scale", ps)
+        self.assertEqual([d["init"] for d in spec["inputs"]], ["normal", "uniform"])
+        rw = self.p["functions_elementwise"]["rewrites"]
+        self.assertIn("c - x -> neg(x) + c", rw)
+        self.assertIn("1 / x -> pow(x, -1)", rw)
+        self.assertIn("constant param 'scale' (0.5) -> scalar attr", rw)
+
+    def test_reductions_views_and_two_outputs(self):
+        spec = self.spec("functions_reduce_shape")
+        ops = ops_of(spec)
+        self.assertEqual(len(spec["outputs"]), 2)
+        self.assertEqual(spec["ops"][-1]["op"], "argmax")
+        self.assertEqual(spec["ops"][-1]["attrs"], {"keepdim": False, "dim": 2})
+        self.assertEqual(spec["outputs"][1], spec["ops"][-1]["out"])
+        self.assertIn({"dim": 1, "keepdim": True}, attrs_of(spec, "sum"))
+        self.assertIn({"dim": [2, 3], "keepdim": True}, attrs_of(spec, "mean"))
+        self.assertIn({"dim": 2, "keepdim": False}, attrs_of(spec, "amax"))  # max(s, 2)[0]
+        self.assertIn({"dim": 2, "keepdim": False}, attrs_of(spec, "amin"))  # .values
+        self.assertIn({"dim": 1, "keepdim": True}, attrs_of(spec, "amax"))
+        self.assertIn({"shape": [1, -1]}, attrs_of(spec, "reshape"))  # view(x.size(0), -1)
+        self.assertEqual(attrs_of(spec, "permute"), [{"dims": [0, 2, 3, 1]}])
+        self.assertEqual(attrs_of(spec, "logsumexp"), [{"dim": -1, "keepdim": False}])
+        self.assertIn({"dim0": 0, "dim1": 1}, attrs_of(spec, "transpose"))  # w.T, .t()
+        self.assertEqual(attrs_of(spec, "cumsum"), [{"dim": 0}])
+        self.assertIn("matmul", ops)
+        self.assertIn("sqrt", ops)   # F.normalize and torch.norm, rewritten
+        self.assertIn("F.normalize(p=2) -> x / max(norm(x, dim, keepdim), eps)",
+                      self.p["functions_reduce_shape"]["rewrites"])
+        self.assertIn({"scalar": 1e-12}, attrs_of(spec, "maximum"))
+
+    def test_inputs_scaled_batch_and_baked_constants(self):
+        spec = self.spec("inputs_and_constants")
+        self.assertEqual([(d["name"], d["shape"], d["init"]) for d in spec["inputs"]], [
+            ("a", [16, 8], "uniform"), ("b", [16, 8], "normal"), ("c", [16, 8], "randint:0:5")])
+        self.assertEqual(ops_of(spec), ["mul", "add", "sum"])
+        self.assertEqual(attrs_of(spec, "sum"), [{"dim": 1, "keepdim": False}])
+        self.assertEqual(self.p["inputs_and_constants"]["scaling"]["batch_size"],
+                         {"from": 64, "to": 16})
+        self.assertIn("batch_size 64 -> 16 (--scale-batch 0.25)", spec["description"])
+        self.assertEqual(spec["level"], 1)
+
+    def test_ceil_mode_without_effect_imports(self):
+        spec = self.spec("ceil_mode_exact")
+        self.assertEqual(ops_of(spec), ["max_pool2d", "flatten", "bmm", "amax"])
+        self.assertIn("nn.MaxPool2d ceil_mode=True -> False (same windows at these sizes)",
+                      self.p["ceil_mode_exact"]["rewrites"])
+
+    def test_degenerate_copy_input_and_mostly_zero(self):
+        relu, zero = self.p["relu_uniform"], self.p["mostly_zero"]
+        self.assertEqual(relu["status"], "degenerate")
+        self.assertTrue(any("copying input 'x' passes" in f for f in relu["degenerate"]))
+        self.assertEqual(zero["status"], "degenerate")
+        self.assertEqual(zero["kiln_verdict"], "ok")  # Kiln's all-zeros rule does not fire
+        self.assertTrue(any("within tolerance on 99." in f for f in zero["degenerate"]),
+                        zero["degenerate"])
+        for p in (relu, zero):
+            self.assertNotIn("out", p)
+            self.assertFalse(os.path.exists(os.path.join(self.out, "level1",
+                                                         p["name"] + ".toml")))
+
+    def test_missing_op(self):
+        keys, bl = self.blockers("reject_missing_op_cat")
+        self.assertEqual(keys, {("missing_op", "torch.cat")})
+
+    def test_missing_attributes(self):
+        keys, bl = self.blockers("reject_missing_attr")
+        self.assertEqual(keys, {("missing_attr", "max_pool ceil_mode=True"),
+                                ("missing_attr", "dropout p > 0 in training mode (random)"),
+                                ("missing_attr", "torch.add alpha")})
+        self.assertIn("alpha=2", [b["detail"] for b in bl if "alpha" in b["what"]][0])
+        keys, _ = self.blockers("reject_index_used")
+        self.assertEqual(keys, {("missing_attr", "argmax/argmin result used by another op")})
+
+    def test_param_inits(self):
+        self.assertEqual(self.blockers("reject_init_xavier")[0],
+                         {("init", "param init: nn.init.xavier_normal_")})
+        keys, bl = self.blockers("reject_init_expression")
+        self.assertEqual(keys, {("init", "param init: expression")})
+        self.assertIn("param 'bias'", bl[0]["detail"])
+        self.assertEqual(self.blockers("reject_init_constant")[0],
+                         {("init", "param init: constant fill")})
+        self.assertEqual(self.blockers("reject_init_modified")[0],
+                         {("init", "param init: modified in place after its init")})
+
+    def test_inputs(self):
+        self.assertEqual(self.blockers("reject_input_int64")[0],
+                         {("input", "int64 input tensor")})
+        keys, bl = self.blockers("reject_input_expression")
+        self.assertEqual(keys, {("input", "input drawn by an expression")})
+        self.assertIn("input 0 ('x')", bl[0]["detail"])
+
+    def test_trace_load_format_level_limit_crash(self):
+        self.assertEqual(self.blockers("reject_trace")[0],
+                         {("trace", "torch.fx cannot trace Model.forward")})
+        keys, bl = self.blockers("reject_load")
+        self.assertEqual(keys, {("load", "problem code fails here")})
+        self.assertIn("kiln_no_such_module", bl[0]["detail"])
+        self.assertEqual(self.blockers("reject_format")[0], {("format", "no get_inputs")})
+        self.assertEqual(self.blockers("out_of_range")[0], {("level", "level 4")})
+        keys, bl = self.blockers("reject_limit")
+        self.assertEqual(keys, {("limit", "more than 256 ops")})
+        self.assertIn("300 ops", bl[0]["detail"])
+        self.assertEqual(self.blockers("reject_crash")[0], {("crash", "crash")})
+
+    def test_missing_ranking(self):
+        rank = {(e["kind"], e["what"]): e for e in self.report["missing"]}
+        self.assertEqual((rank[("missing_op", "torch.cat")]["problems"],
+                          rank[("missing_op", "torch.cat")]["alone"]), (1, 1))
+        alpha = rank[("missing_attr", "torch.add alpha")]
+        self.assertEqual((alpha["problems"], alpha["alone"]), (1, 0))  # with two others
+        self.assertNotIn(("trace", "torch.fx cannot trace Model.forward"), rank)  # not ranked
+        counts = [e["problems"] for e in self.report["missing"]]
+        self.assertEqual(counts, sorted(counts, reverse=True))
+
+
+@unittest.skipIf(ki is None, f"needs torch: {TORCH_ERROR}")
+class SmallRuns(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="kb_import_test_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def report(self, *args):
+        path = os.path.join(self.tmp, "r.json")
+        proc = run_tool(*args, "--report", path)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+        with open(path) as f:
+            return json.load(f)
+
+    @need_kiln
+    def test_allow_degenerate_writes_and_flags(self):
+        out = os.path.join(self.tmp, "out")
+        r = self.report(os.path.join(DATA, "level1", "relu_uniform.py"), "--out", out,
+                        "--kiln", KILN, "--allow-degenerate")
+        p = r["problems"][0]
+        self.assertEqual(p["status"], "imported")
+        self.assertTrue(p["degenerate"])
+        self.assertTrue(os.path.isfile(os.path.join(out, "level1", "kb_l1_relu_uniform.toml")))
+        self.assertEqual(r["summary"]["1"]["degenerate_flagged"], 1)
+
+    @need_kiln
+    def test_jsonl_records_level_and_too_large(self):
+        out = os.path.join(self.tmp, "out")
+        r = self.report(os.path.join(DATA, "records.jsonl"), "--out", out, "--kiln", KILN,
+                        "--max-gflop", "1e-9")
+        a, b = r["problems"]
+        self.assertEqual((a["name"], a["status"]), ("kb_l2_jsonl_sigmoid", "imported"))
+        self.assertIn("level inferred (2) from the op count", a["notes"])
+        self.assertTrue(a["source"].endswith("records.jsonl:1"))
+        self.assertEqual((b["name"], b["status"], b["level"]), ("kb_l2_7", "too_large", 2))
+        self.assertIn("--max-gflop", b["blockers"][0]["detail"])
+        with open(os.path.join(out, "level2", "kb_l2_jsonl_sigmoid.toml"), "rb") as f:
+            self.assertIn("records.jsonl:1", tomllib.load(f)["description"])
+        r = self.report(os.path.join(DATA, "records.jsonl"), "--no-check", "--level", "1",
+                        "--max-mib", "1e-6")
+        self.assertEqual([p["status"] for p in r["problems"]], ["mappable", "mappable"])
+        self.assertEqual(r["problems"][0]["name"], "kb_l1_jsonl_sigmoid")
+        self.assertEqual(r["problems"][1]["level"], 1)
+
+    def test_dry_run_writes_nothing(self):
+        out = os.path.join(self.tmp, "out")
+        r = self.report(os.path.join(DATA, "level2", "modules_conv_norm_pool.py"), "--no-check",
+                        "--out", out, "--kiln", "/nonexistent/kiln")
+        self.assertEqual(r["problems"][0]["status"], "mappable")
+        self.assertEqual(r["problems"][0]["ops"], 18)
+        self.assertFalse(os.path.exists(os.path.join(out, "level2")))
+
+    def test_kiln_rejection_is_reported(self):
+        fake = os.path.join(self.tmp, "fake_kiln")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\necho \"$@\" > /dev/null\n"
+                    "echo \"12:00:00.000 error x.toml: task 'n': ops[0]: over a limit\" >&2\n"
+                    "exit 1\n")
+        os.chmod(fake, 0o755)
+        r = self.report(os.path.join(DATA, "level1", "relu_uniform.py"), "--out",
+                        os.path.join(self.tmp, "out"), "--kiln", fake)
+        p = r["problems"][0]
+        self.assertEqual(p["status"], "rejected")
+        self.assertEqual(p["blockers"][0]["kind"], "kiln")
+        self.assertIn("over a limit", p["blockers"][0]["detail"])
+
+    def test_usage_errors_exit_2(self):
+        cases = [
+            (["/nonexistent/problem.py", "--no-check"], "no such file or directory"),
+            ([os.path.join(DATA, "level1"), "--no-check", "--scale-batch", "0"],
+             "--scale-batch 0.0: expected 0 < F <= 1"),
+            ([os.path.join(DATA, "level1")], "--out DIR is required"),
+            ([os.path.join(DATA, "level1"), "--out", self.tmp, "--kiln", "/nonexistent/kiln"],
+             "--kiln /nonexistent/kiln: no such executable"),
+            ([os.path.join(DATA, "level1"), "--no-check", "--from", "other"],
+             "only 'kernelbench'"),
+        ]
+        bad = os.path.join(self.tmp, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write('{"code": "x = 1"}\n{"code": \n')
+        cases.append(([bad, "--no-check"], f"{bad}:2: not JSON Lines"))
+        nocode = os.path.join(self.tmp, "nocode.jsonl")
+        with open(nocode, "w") as f:
+            f.write('{"text": "x"}\n')
+        cases.append(([nocode, "--no-check"], f"{nocode}:1: expected an object with a \"code\""))
+        empty = os.path.join(self.tmp, "empty")
+        os.makedirs(empty)
+        cases.append(([empty, "--no-check"], "no .py problem files"))
+        for args, msg in cases:
+            proc = run_tool(*args)
+            self.assertEqual(proc.returncode, 2, (args, proc.stderr))
+            self.assertIn(msg, proc.stderr, args)
+
+
+@unittest.skipIf(ki is None, f"needs torch: {TORCH_ERROR}")
+class InProcess(unittest.TestCase):
+    CONF = {"scale_batch": 1.0, "kiln": KILN, "threads": 2, "allow_degenerate": False,
+            "max_mib": 2048, "max_gflop": 16, "timeout": 600, "no_check": False, "jobs": 1}
+
+    def problem(self, rel):
+        probs = ki.load_problems([os.path.join(DATA, rel)], None)
+        ki.assign_names(probs)
+        return probs[0]
+
+    @need_kiln
+    def test_numerical_check_catches_a_wrong_translation(self):
+        prob = self.problem("level2/functions_elementwise.py")
+        for tamper in (None, "scalar", "order"):
+            state, res = ki.map_problem(dict(prob), self.CONF)
+            spec = state["spec"]
+            if tamper == "scalar":  # y / 3 -> y / 3.1: outputs off by up to ~0.01
+                div = next(o for o in spec["ops"] if o["op"] == "div")
+                div["attrs"]["scalar"] = 3.1
+            elif tamper == "order":  # maximum(e, y) - y / 3 -> y / 3 - maximum(e, y)
+                sub = next(o for o in spec["ops"] if o["op"] == "sub")
+                sub["args"].reverse()
+            with tempfile.TemporaryDirectory() as tmp:
+                if tamper is None:
+                    self.assertEqual(ki.check_problem(state, res, self.CONF, tmp), [])
+                    self.assertEqual(res["check"], "ok")
+                    continue
+                with self.assertRaises(ki.Blocked) as cm:
+                    ki.check_problem(state, res, self.CONF, tmp)
+            self.assertEqual((cm.exception.kind, cm.exception.what),
+                             ("check", "numerical mismatch"), tamper)
+            self.assertIn("Model output", cm.exception.detail)
+
+    def test_scale_batch_follows_derived_sizes(self):
+        code = _read(os.path.join(DATA, "level1", "inputs_and_constants.py"))
+        ns, scaling = ki.exec_problem(code, "p.py", 0.1)
+        self.assertEqual((ns["batch_size"], ns["input_shape"]), (6, (6, 8)))
+        self.assertEqual(scaling["batch_size"], {"from": 64, "to": 6})
+        ns, scaling = ki.exec_problem(code, "p.py", 0.001)
+        self.assertEqual(ns["batch_size"], 1)  # never below 1
+        code = _read(os.path.join(DATA, "level1", "mostly_zero.py"))
+        _, scaling = ki.exec_problem(code, "p.py", 0.5)
+        self.assertEqual(scaling["note"], "no module-level batch_size: sizes not scaled")
+        ns, scaling = ki.exec_problem(code, "p.py", 1.0)
+        self.assertEqual(scaling, {"batch_size": None})
+
+    def test_rank_missing(self):
+        def r(level, *blockers):
+            return {"status": "rejected", "level": level, "source": f"p{len(blockers)}",
+                    "blockers": [{"kind": k, "what": w, "detail": ""} for k, w in blockers]}
+        results = [r(1, ("missing_op", "torch.cat")),
+                   r(1, ("missing_op", "torch.cat"), ("missing_op", "torch.cat")),
+                   r(2, ("missing_op", "torch.cat"), ("init", "param init: expression")),
+                   r(3, ("missing_op", "nn.LSTM"), ("trace", "x")),
+                   {"status": "imported", "level": 1, "source": "ok", "blockers": []}]
+        rank = ki.rank_missing(results)
+        self.assertEqual([(e["what"], e["problems"], e["alone"]) for e in rank], [
+            ("torch.cat", 3, 2), ("nn.LSTM", 1, 0), ("param init: expression", 1, 0)])
+        self.assertEqual(rank[0]["levels"], {"1": 2, "2": 1})
+
+    def test_toml_writer_round_trips(self):
+        spec = {"name": "t", "level": 1, "dtype": "float32", "description": 'a "q" \\ é',
+                "outputs": ["y0"], "inputs": [{"name": "x", "shape": [2, 3], "init": "normal"}],
+                "params": [], "ops": [{"out": "y0", "op": "clamp", "args": ["x"],
+                                       "attrs": {"min": -1, "max": 1e-05}}]}
+        text = ki.to_toml(spec)
+        back = tomllib.loads(text)
+        self.assertEqual(back["ops"][0]["attrs"], {"min": -1, "max": 1e-05})
+        self.assertEqual(back["description"], spec["description"])
+        self.assertNotIn("params", back)
+
+
+if __name__ == "__main__":
+    if ki is None or not HAVE_KILN:  # ctest reads this line as a skip, not a pass
+        print(f"SKIP: torch: {TORCH_ERROR or 'ok'}; kiln at {KILN}: {HAVE_KILN}", flush=True)
+    unittest.main()
