@@ -142,6 +142,17 @@ std::vector<op_info> make_ops() {
                  0,
                  {{"start_dim", K::integer}, {"end_dim", K::integer}}});
   ops.push_back({"dropout", op_family::dropout, 1, 1, 0, {{"p", K::real}}});
+  ops.push_back({"cat", op_family::cat, 2, 64, 0, {{"dim", K::integer}}});
+  ops.push_back({"slice",
+                 op_family::slice,
+                 1,
+                 1,
+                 0,
+                 {{"dim", K::integer, true},
+                  {"start", K::integer},
+                  {"end", K::integer},
+                  {"step", K::integer}}});
+  ops.push_back({"flip", op_family::flip, 1, 1, 0, {{"dims", K::int_or_ints, true}}});
   return ops;
 }
 
@@ -619,8 +630,65 @@ expected<shape_t> infer_shape(const op_info& op, const std::vector<shape_t>& arg
       return fail("attrs.p: only dropout with p = 0 is deterministic; got " +
                   std::to_string(attr_real(attrs, "p", 0.0)));
     return x;
+  case op_family::cat: {
+    int64_t dim = attr_int(attrs, "dim", 0);
+    if (rank == 0) return fail("args[0]: cat needs tensors of rank >= 1");
+    if (!normalize_dim(dim, rank)) return fail("attrs.dim: out of range for " + to_string(x));
+    shape_t out = x;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      const auto& y = args[i];
+      bool fits = y.size() == rank;
+      for (std::size_t d = 0; fits && d < rank; ++d)
+        fits = static_cast<int64_t>(d) == dim || y[d] == x[d];
+      if (!fits)
+        return fail("args[" + std::to_string(i) + "]: cat on dim " + std::to_string(dim) +
+                    " needs " + to_string(x) + " outside that dim, got " + to_string(y));
+      out[dim] += y[dim];
+    }
+    return out;
+  }
+  case op_family::flip: {
+    std::vector<bool> seen(rank, false);
+    for (auto d : attr_dims(attrs, "dims")) {
+      if (!normalize_dim(d, rank) || seen[d])
+        return fail("attrs.dims: " + to_string(attr_dims(attrs, "dims")) +
+                    " are not distinct dims of " + to_string(x));
+      seen[d] = true;
+    }
+    return x;
+  }
+  case op_family::slice: {
+    auto w = slice_window_of(attrs, x);
+    if (!w) return w.err();
+    if (w->len == 0) return fail("attrs: the slice selects no element of " + to_string(x));
+    shape_t out = x;
+    out[w->dim] = w->len;
+    return out;
+  }
   }
   return fail("internal: unhandled op family");
+}
+
+expected<slice_window> slice_window_of(const attr_map& attrs, const shape_t& x) {
+  slice_window w;
+  w.dim = attr_int(attrs, "dim", 0);
+  if (x.empty()) return fail("args[0]: slice needs a tensor of rank >= 1");
+  if (!normalize_dim(w.dim, x.size())) return fail("attrs.dim: out of range for " + to_string(x));
+  w.step = attr_int(attrs, "step", 1);
+  if (w.step < 1) return fail("attrs.step: must be >= 1, got " + std::to_string(w.step));
+  const int64_t n = x[w.dim];
+  auto clamp = [n](int64_t v) {
+    if (v < 0) v = v < -n ? 0 : v + n;
+    return std::min(v, n);
+  };
+  w.start = clamp(attr_int(attrs, "start", 0));
+  int64_t end = clamp(attr_int(attrs, "end", n));
+  w.len = end > w.start ? (end - w.start - 1) / w.step + 1 : 0;
+  return w;
+}
+
+bool is_view_layout(op_family f) {
+  return f == op_family::reshape || f == op_family::flatten || f == op_family::dropout;
 }
 
 } // namespace kiln

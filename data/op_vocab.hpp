@@ -36,6 +36,9 @@ enum class op_family {
   transpose,
   flatten,
   dropout,
+  cat,   // torch.cat of 2+ tensors along attrs.dim
+  slice, // x[..., start:end:step, ...] on one dim (constant bounds)
+  flip,  // torch.flip over attrs.dims
 };
 
 enum class attr_kind { integer, real, boolean, string, ints, int_or_ints };
@@ -79,5 +82,16 @@ expected<shape_t> infer_shape(const op_info& op, const std::vector<shape_t>& arg
 
 // Normalizes a possibly negative dim against rank; false when out of range.
 bool normalize_dim(int64_t& dim, std::size_t rank);
+
+// The elements a slice op takes from its input: on `dim`, `len` elements from `start` by `step`.
+// start / end follow Python's rules: negative counts from the end, then both clamp to [0, n].
+struct slice_window {
+  int64_t dim = 0, start = 0, step = 1, len = 0;
+};
+expected<slice_window> slice_window_of(const attr_map& attrs, const shape_t& x);
+
+// The layout ops that keep every element in order (a view: reshape, flatten, dropout p = 0);
+// permute, transpose, cat, slice and flip move elements and are copies.
+bool is_view_layout(op_family f);
 
 } // namespace kiln

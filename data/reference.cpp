@@ -1,6 +1,7 @@
 #include "data/reference.hpp"
 
 #include "data/op_vocab.hpp"
+#include "data/task_check.hpp"
 #include "data/task_hash.hpp"
 
 #include <ATen/ATen.h>
@@ -246,6 +247,15 @@ at::Tensor apply(const op_info& info, const op_node& op, const std::vector<at::T
   case op_family::flatten:
     return x.flatten(attr_int(at_, "start_dim", 0), attr_int(at_, "end_dim", -1));
   case op_family::dropout: return x;
+  case op_family::cat: return at::cat(a, attr_int(at_, "dim", 0));
+  case op_family::flip: return at::flip(x, attr_dims(at_, "dims"));
+  case op_family::slice: {
+    // LibTorch's own clamping of start / end: a cross-check of slice_window_of, not a copy of it.
+    c10::optional<int64_t> start, end;
+    if (has_attr(at_, "start")) start = attr_int(at_, "start", 0);
+    if (has_attr(at_, "end")) end = attr_int(at_, "end", 0);
+    return x.slice(attr_int(at_, "dim", 0), start, end, attr_int(at_, "step", 1));
+  }
   }
   throw std::runtime_error("no reference implementation for op '" + op.op + "'");
 }
@@ -291,6 +301,8 @@ expected<std::vector<at::Tensor>> run_reference(const task& t,
     return values[r.index];
   };
   double rms_eps = finfo_eps(t.type);
+  // Intermediates are freed after their last use: the peak that check_task budgets (peak_bytes).
+  const auto last = last_uses(t);
   for (std::size_t i = 0; i < t.ops.size(); ++i) {
     const auto& op = t.ops[i];
     const op_info* info = find_op(op.op);
@@ -307,6 +319,9 @@ expected<std::vector<at::Tensor>> run_reference(const task& t,
       return error{"task '" + t.name + "': ops[" + std::to_string(i) + "] (" + op.op + " -> '" +
                    op.out + "'): reference failed: " + what};
     }
+    args.clear();
+    for (std::size_t k = 0; k <= i; ++k)
+      if (last[k] == i) values[k] = at::Tensor();
   }
   std::vector<at::Tensor> out;
   for (const auto& name : t.outputs) {

@@ -1,7 +1,7 @@
 // Dataset synthesis, generator side: seed -> random compositions of v1 seed operators (a head op
 // and epilogues, each shape-checked) -> dedup by structure_hash -> candidate tasks and statistics.
 // No LibTorch here; the eager filters (reference run, finiteness, degeneracy, time window) are in
-// synth_filter, and `kiln synth` (actors/cmd_synth.cpp) drives both.
+// synth_filter, and `kiln synth` (app/cmd_synth.cpp) drives both.
 #pragma once
 
 #include "data/expected.hpp"

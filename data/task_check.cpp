@@ -2,6 +2,7 @@
 
 #include "data/op_vocab.hpp"
 
+#include <algorithm>
 #include <set>
 
 namespace kiln {
@@ -46,24 +47,51 @@ int64_t compulsory_bytes(const task& t) {
   return n;
 }
 
-int64_t task_bytes(const task& t) {
-  int64_t total = 0;
-  auto add = [&](const shape_t& s, std::size_t esize) {
+std::vector<std::size_t> last_uses(const task& t) {
+  const std::size_t n = t.ops.size();
+  std::vector<std::size_t> last(n, n);
+  std::vector<bool> read(n, false);
+  for (std::size_t i = 0; i < n; ++i)
+    for (const auto& a : t.ops[i].args) {
+      auto r = find_value(t, a);
+      if (r.k != value_ref::kind::op) continue;
+      last[r.index] = i;
+      read[r.index] = true;
+    }
+  for (std::size_t i = 0; i < n; ++i)
+    if (!read[i]) last[i] = i; // nothing reads it: free as soon as it is made
+  for (const auto& out : t.outputs) {
+    auto r = find_value(t, out);
+    if (r.k == value_ref::kind::op) last[r.index] = n;
+  }
+  return last;
+}
+
+int64_t peak_bytes(const task& t) {
+  auto bytes = [](const shape_t& s, std::size_t esize, int64_t& b) {
     int64_t n = 1;
     for (auto d : s)
       if (!checked_mul(n, d, n)) return false;
-    int64_t b;
-    if (!checked_mul(n, static_cast<int64_t>(esize), b)) return false;
-    if (__builtin_add_overflow(total, b, &total)) return false;
-    return true;
+    return checked_mul(n, static_cast<int64_t>(esize), b);
   };
-  for (const auto& d : t.inputs)
-    if (!add(d.shape, element_size(t.type))) return INT64_MAX;
-  for (const auto& d : t.params)
-    if (!add(d.shape, element_size(t.type))) return INT64_MAX;
-  for (const auto& op : t.ops)
-    if (!add(op.shape, op.is_index ? 8 : element_size(t.type))) return INT64_MAX;
-  return total;
+  int64_t live = 0, b = 0;
+  for (const auto* decls : {&t.inputs, &t.params})
+    for (const auto& d : *decls)
+      if (!bytes(d.shape, element_size(t.type), b) || __builtin_add_overflow(live, b, &live))
+        return INT64_MAX;
+  const auto last = last_uses(t);
+  std::vector<int64_t> size(t.ops.size(), 0);
+  int64_t peak = live;
+  for (std::size_t i = 0; i < t.ops.size(); ++i) {
+    const auto& op = t.ops[i];
+    if (!bytes(op.shape, op.is_index ? 8 : element_size(t.type), size[i]) ||
+        __builtin_add_overflow(live, size[i], &live))
+      return INT64_MAX;
+    peak = std::max(peak, live); // the result and every argument are alive together
+    for (std::size_t k = 0; k <= i; ++k)
+      if (last[k] == i) live -= size[k];
+  }
+  return peak;
 }
 
 status check_task(task& t, const check_limits& lim) {
@@ -145,13 +173,14 @@ status check_task(task& t, const check_limits& lim) {
       return error{where(t) + ": outputs[" + std::to_string(i) + "]: '" + t.outputs[i] +
                    "' listed twice"};
   }
-  int64_t bytes = task_bytes(t);
+  int64_t bytes = peak_bytes(t);
   if (bytes > lim.memory_budget_bytes)
-    return error{where(t) + ": shape: tensors need " +
-                 (bytes == INT64_MAX ? std::string("more than 2^63")
-                                     : std::to_string(bytes >> 20) + " MiB") +
-                 " in all, over the memory budget of " +
-                 std::to_string(lim.memory_budget_bytes >> 20) + " MiB"};
+    return error{
+        where(t) + ": shape: live tensors peak at " +
+        (bytes == INT64_MAX ? std::string("more than 2^63 bytes")
+                            : std::to_string(bytes >> 20) + " MiB") +
+        " (inputs, params and the intermediates alive at once), over the memory budget of " +
+        std::to_string(lim.memory_budget_bytes >> 20) + " MiB"};
   return ok();
 }
 

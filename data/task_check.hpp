@@ -5,17 +5,24 @@
 #include "data/expected.hpp"
 #include "data/task_spec.hpp"
 
+#include <vector>
+
 namespace kiln {
 
 struct check_limits {
-  // Upper bound on the bytes of all tensors of a task (inputs, params, every intermediate).
+  // Upper bound on the peak bytes of a task's live tensors (peak_bytes).
   int64_t memory_budget_bytes = int64_t{16} << 30;
   int64_t max_dim = int64_t{1} << 31;
   int max_ops = 256;
 };
 
-// Total bytes of inputs, params and op results (an upper bound on the reference's peak).
-int64_t task_bytes(const task& t);
+// Per op: the index of the last op that reads its result; ops.size() for task outputs (alive to
+// the end); its own index for a result nothing reads.
+std::vector<std::size_t> last_uses(const task& t);
+
+// The reference's peak memory: inputs and params throughout, each op result from its op until
+// its last use (outputs to the end). INT64_MAX on overflow. Needs shapes (check_task).
+int64_t peak_bytes(const task& t);
 
 // Bytes any implementation must move at least once: inputs, params and outputs (int64 for arg*
 // results). Needs shapes (check_task). The memory roofline of the pool and eval's bandwidth.

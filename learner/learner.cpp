@@ -678,6 +678,7 @@ status learner::load_checkpoint(const std::string& path) {
     a.read("model_config", t);
     model_config mc;
     if (!parse_model_config(tensor_bytes(t), mc)) return error{file + ": bad model_config"};
+    if (auto why = token_space_mismatch(mc); !why.empty()) return error{file + ": " + why};
     if (to_string(mc) != to_string(s.cfg.model)) {
       spdlog::warn("learner: checkpoint model ({}) differs from the config ({}); using the "
                    "checkpoint's",

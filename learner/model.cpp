@@ -54,6 +54,14 @@ bool parse_model_config(const std::string& text, model_config& out) {
   return true;
 }
 
+std::string token_space_mismatch(const model_config& c) {
+  if (c.vocab == vocab_size()) return {};
+  return "its token space has " + std::to_string(c.vocab) + " words, this kiln's has " +
+         std::to_string(vocab_size()) +
+         " (the op vocabulary changed since it was written): retrain, or use the kiln that wrote "
+         "it";
+}
+
 std::string resolve(model_config& c) {
   if (c.vocab <= 0) c.vocab = vocab_size();
   if (c.d_ff <= 0) c.d_ff = 4 * c.d_model;
@@ -221,6 +229,7 @@ expected<policy_model> load_model_checkpoint(const std::string& path, int64_t* v
     std::string text(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
     model_config mc;
     if (!parse_model_config(text, mc)) return error{path + ": bad model_config '" + text + "'"};
+    if (auto why = token_space_mismatch(mc); !why.empty()) return error{path + ": " + why};
     auto m = make_model(mc, 0);
     a.read("model", model_a);
     m->load(model_a);

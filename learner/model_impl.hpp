@@ -56,6 +56,9 @@ TORCH_MODULE_IMPL(policy_model, policy_model_impl);
 
 // Fills cfg.vocab / d_ff defaults and checks divisibility; empty string when fine.
 std::string resolve(model_config& c);
+// Why a checkpoint's model cannot read this kiln's tokens (word ids shift when ops are added);
+// empty when its vocabulary is this kiln's.
+std::string token_space_mismatch(const model_config& c);
 policy_model make_model(model_config c, uint64_t seed);
 
 // Positions past max_len - 1 clamp to it (both in training and in decode, so they agree).

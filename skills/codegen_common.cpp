@@ -293,4 +293,33 @@ string elementwise_formula(const op_node& op, const codegen_dialect& d) {
   return "";
 }
 
+strided_read strided_read_of(const op_node& op, op_family family, const shape_t& x) {
+  std::vector<int64_t> in_stride(x.size(), 1);
+  for (std::size_t d = x.size(); d-- > 1;) in_stride[d - 1] = in_stride[d] * x[d];
+  strided_read r{0, in_stride};
+  if (family == op_family::permute) {
+    auto perm = attr_dims(op.attrs, "dims");
+    for (std::size_t d = 0; d < perm.size() && d < r.stride.size(); ++d) {
+      normalize_dim(perm[d], x.size());
+      r.stride[d] = in_stride[perm[d]];
+    }
+  } else if (family == op_family::transpose) {
+    int64_t d0 = attr_int(op.attrs, "dim0", 0), d1 = attr_int(op.attrs, "dim1", 0);
+    if (!x.empty() && normalize_dim(d0, x.size()) && normalize_dim(d1, x.size()))
+      std::swap(r.stride[d0], r.stride[d1]);
+  } else if (family == op_family::flip) {
+    for (auto d : attr_dims(op.attrs, "dims")) {
+      if (!normalize_dim(d, x.size())) continue;
+      r.base += (x[d] - 1) * in_stride[d];
+      r.stride[d] = -in_stride[d];
+    }
+  } else if (family == op_family::slice) {
+    if (auto w = slice_window_of(op.attrs, x)) {
+      r.base = w->start * in_stride[w->dim];
+      r.stride[w->dim] *= w->step;
+    }
+  }
+  return r;
+}
+
 } // namespace kiln

@@ -57,6 +57,14 @@ struct reduce_layout {
 };
 reduce_layout reduce_layout_of(const shape_t& x, const op_node& op, op_family family);
 
+// permute / transpose / slice / flip as a strided read of a contiguous input x: output element
+// (c_0, ..., c_r) reads x[base + sum c_d * stride[d]] (a flipped dim's stride is negative).
+struct strided_read {
+  int64_t base = 0;
+  std::vector<int64_t> stride; // one per output dim
+};
+strided_read strided_read_of(const op_node& op, op_family family, const shape_t& x);
+
 // A linear / matmul / bmm op as a batched row-major GEMM: for bi in [0, nb),
 // C_bi[m, n] = A[a_off] (m x k) * B[b_off] (k x n, or n x k when trans_b) (+ bias). Operands are
 // value names; offsets are element offsets spelled in `d` as expressions of the batch index `bi`.

@@ -628,7 +628,25 @@ void emit_reduce(gen& g, const group& grp, const op_node& op, const op_info& inf
 }
 
 // ---- layout: reshape / flatten / dropout alias their input (or copy into a task output);
-// permute / transpose are strided copies ----
+// cat copies row blocks; permute / transpose / slice / flip are strided copies ----
+void emit_cat(gen& g, const op_node& op, const string& dst, int64_t grain) {
+  int64_t dim = attr_int(op.attrs, "dim", 0);
+  normalize_dim(dim, op.shape.size());
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= op.shape[d];
+  for (std::size_t d = dim + 1; d < op.shape.size(); ++d) inner *= op.shape[d];
+  const int64_t out_row = op.shape[dim] * inner;
+  int64_t at = 0;
+  for (const auto& a : op.args) {
+    int64_t row = g.shape(a)[dim] * inner;
+    g.o << "  pfor(host, " << lit(outer) << ", " << std::max<int64_t>(1, grain / row)
+        << ", [&](int64_t b, int64_t e) { for (int64_t r = b; r < e; ++r) std::memcpy(" << dst
+        << " + r * " << lit(out_row) << " + " << lit(at) << ", " << g.ptr(a) << " + r * "
+        << lit(row) << ", " << lit(row) << " * sizeof(float)); });\n";
+    at += row;
+  }
+}
+
 void emit_layout(gen& g, const group& grp, const op_node& op, const op_info& info,
                  const string& dst, int64_t op_index) {
   auto& o = g.o;
@@ -636,7 +654,7 @@ void emit_layout(gen& g, const group& grp, const op_node& op, const op_info& inf
   string src = g.ptr(op.args[0]);
   int64_t n = prod(op.shape);
   int64_t grain = std::max<int64_t>(1, grp.get(knob::block, 256) * 64);
-  if (info.family != op_family::permute && info.family != op_family::transpose) {
+  if (is_view_layout(info.family)) {
     if (!g.is_output[op_index]) {
       o << "  " << dst << " = " << src << "; // a view\n";
       return;
@@ -645,19 +663,10 @@ void emit_layout(gen& g, const group& grp, const op_node& op, const op_info& inf
       << dst << " + b, " << src << " + b, (e - b) * sizeof(float)); });\n";
     return;
   }
-  std::vector<int64_t> perm(x.size());
-  for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
-  if (info.family == op_family::permute) {
-    perm = attr_dims(op.attrs, "dims");
-    for (auto& d : perm) normalize_dim(d, x.size());
-  } else {
-    int64_t d0 = attr_int(op.attrs, "dim0", 0), d1 = attr_int(op.attrs, "dim1", 0);
-    normalize_dim(d0, x.size());
-    normalize_dim(d1, x.size());
-    std::swap(perm[d0], perm[d1]);
-  }
-  std::vector<int64_t> in_stride(x.size(), 1);
-  for (std::size_t d = x.size(); d-- > 1;) in_stride[d - 1] = in_stride[d] * x[d];
+  if (info.family == op_family::cat) return emit_cat(g, op, dst, grain);
+  const auto read = strided_read_of(op, info.family, x);
+  const auto& src_stride = read.stride;
+  const int64_t base = read.base;
   std::size_t r = op.shape.size();
   if (r == 0) {
     o << "  " << dst << "[0] = " << src << "[0];\n";
@@ -667,15 +676,15 @@ void emit_layout(gen& g, const group& grp, const op_node& op, const op_info& inf
   o << "  pfor(host, " << lit(rows) << ", " << std::max<int64_t>(1, grain / last)
     << ", [&](int64_t rb, int64_t re) {\n"
     << "   for (int64_t row = rb; row < re; ++row) {\n"
-    << "    int64_t off = 0, rest = row;\n";
+    << "    int64_t off = " << lit(base) << ", rest = row;\n";
   for (std::size_t d = r - 1; d-- > 0;)
-    o << "    off += (rest % " << lit(op.shape[d]) << ") * " << lit(in_stride[perm[d]])
+    o << "    off += (rest % " << lit(op.shape[d]) << ") * " << lit(src_stride[d])
       << "; rest /= " << lit(op.shape[d]) << ";\n";
   o << "    float* out = " << dst << " + row * " << lit(last) << ";\n"
     << "    const float* in = " << src << " + off;\n";
   if (vec > 1) o << "#pragma GCC unroll " << vec << "\n";
   o << "    for (int64_t j = 0; j < " << lit(last) << "; ++j) out[j] = in[j * "
-    << lit(in_stride[perm[r - 1]]) << "];\n"
+    << lit(src_stride[r - 1]) << "];\n"
     << "   }\n  });\n";
 }
 
@@ -789,8 +798,8 @@ expected<std::string> generate_cpu(const task& t, const program& p) {
       << last << " (" << anchor.op;
     for (int64_t j = grp.first_op + 1; j <= last; ++j) o << ", " << t.ops[j].op;
     o << ")\n";
-    bool view = grp.tmpl == kernel_template::layout && !g.is_output[last] &&
-                info->family != op_family::permute && info->family != op_family::transpose;
+    bool view =
+        grp.tmpl == kernel_template::layout && !g.is_output[last] && is_view_layout(info->family);
     if (!g.is_output[last] && !view) {
       int64_t bytes =
           std::max<int64_t>(1, numel(t.ops[last].shape)) * (t.ops[last].is_index ? 8 : 4);

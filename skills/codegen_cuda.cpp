@@ -1104,6 +1104,33 @@ void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
 }
 
 // ---- layout: permute / transpose as a gather per output element; others copy or alias ----
+// cat: each output element picks its input by its coordinate on `dim` (a chain of ternaries, so
+// only the chosen input is read).
+void emit_cat(gen& g, const group& grp, kernel_builder& kb, const op_node& op, const string& dst) {
+  int64_t dim = attr_int(op.attrs, "dim", 0);
+  normalize_dim(dim, op.shape.size());
+  int64_t inner = 1;
+  for (std::size_t d = dim + 1; d < op.shape.size(); ++d) inner *= op.shape[d];
+  const int64_t total = op.shape[dim];
+  string pick;
+  int64_t at = 0;
+  for (std::size_t k = 0; k < op.args.size(); ++k) {
+    string sym = g.rd(kb, op.args[k]);
+    int64_t len = g.shape(op.args[k])[dim];
+    string read = sym + "[(o * " + lit(len) + " + (c - " + lit(at) + ")) * " + lit(inner) + " + j]";
+    at += len;
+    pick += k + 1 < op.args.size() ? "c < " + lit(at) + " ? " + read + " : " : read;
+  }
+  int64_t n = std::max<int64_t>(1, numel(op.shape));
+  emit_driver(g, kb, dst, n, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256),
+              [&](int64_t v) {
+                return "#pragma unroll\n      for (int l = 0; l < " + std::to_string(v) +
+                       "; ++l) {\n        const I q = i + l, j = q % " + lit(inner) +
+                       ", c = (q / " + lit(inner) + ") % " + lit(total) + ", o = q / " +
+                       lit(inner * total) + ";\n        r[l] = " + pick + ";\n      }\n";
+              });
+}
+
 void emit_layout(gen& g, const group& grp, const string& pfx, const op_node& op,
                  const op_info& info, const string& dst) {
   const shape_t& x = g.shape(op.args[0]);
@@ -1111,34 +1138,26 @@ void emit_layout(gen& g, const group& grp, const string& pfx, const op_node& op,
   int64_t n = std::max<int64_t>(1, numel(op.shape));
   kernel_builder kb;
   kb.name = pfx + "_layout";
+  if (info.family == op_family::cat) return emit_cat(g, grp, kb, op, dst);
   g.use(kb, src, false);
-  if (info.family != op_family::permute && info.family != op_family::transpose) {
+  if (is_view_layout(info.family)) {
     int64_t V = fit_vec(grp.get(knob::vec, 1), {n});
     emit_driver(g, kb, dst, n, V, 1, true, grp.get(knob::block, 256), [&](int64_t v) {
       return "      kld<" + std::to_string(v) + ">(" + src + " + i, r);\n";
     });
     return;
   }
-  std::vector<int64_t> perm(x.size());
-  for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
-  if (info.family == op_family::permute) {
-    perm = attr_dims(op.attrs, "dims");
-    for (auto& d : perm) normalize_dim(d, x.size());
-  } else {
-    int64_t d0 = attr_int(op.attrs, "dim0", 0), d1 = attr_int(op.attrs, "dim1", 0);
-    normalize_dim(d0, x.size());
-    normalize_dim(d1, x.size());
-    if (!x.empty()) std::swap(perm[d0], perm[d1]);
-  }
-  std::vector<int64_t> in_stride(x.size(), 1), out_stride(op.shape.size(), 1);
-  for (std::size_t d = x.size(); d-- > 1;) in_stride[d - 1] = in_stride[d] * x[d];
+  std::vector<int64_t> out_stride(op.shape.size(), 1);
   for (std::size_t d = op.shape.size(); d-- > 1;) out_stride[d - 1] = out_stride[d] * op.shape[d];
-  string off;
+  const auto read = strided_read_of(op, info.family, x);
+  const auto& src_stride = read.stride;
+  const int64_t base = read.base;
+  string off = base ? lit(base) : "";
   for (std::size_t d = 0; d < op.shape.size(); ++d) {
     if (op.shape[d] == 1) continue;
     string t = "(q / " + lit(out_stride[d]) + ")";
     if (d > 0) t = "(" + t + " % " + lit(op.shape[d]) + ")";
-    off += (off.empty() ? "" : " + ") + t + " * " + lit(in_stride[perm[d]]);
+    off += (off.empty() ? "" : " + ") + t + " * " + lit(src_stride[d]);
   }
   if (off.empty()) off = "0";
   emit_driver(g, kb, dst, n, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256),
@@ -1357,8 +1376,8 @@ expected<cuda_program> generate_cuda(const task& t, const program& p) {
         any_precision = true;
         all_reduced = all_reduced && s.value != 0;
       }
-    bool view = grp.tmpl == kernel_template::layout && !g.is_output[last] &&
-                info->family != op_family::permute && info->family != op_family::transpose;
+    bool view =
+        grp.tmpl == kernel_template::layout && !g.is_output[last] && is_view_layout(info->family);
     if (view) { // reshape / flatten / dropout: the same buffer under a new shape
       g.value_sym[last] = g.sym_of(anchor.args[0]);
       continue;

@@ -54,7 +54,10 @@ std::vector<kernel_template> anchor_templates(op_family f) {
   case op_family::permute:
   case op_family::transpose:
   case op_family::flatten:
-  case op_family::dropout: return {kernel_template::layout};
+  case op_family::dropout:
+  case op_family::cat:
+  case op_family::slice:
+  case op_family::flip: return {kernel_template::layout};
   }
   return {};
 }

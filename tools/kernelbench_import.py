@@ -33,7 +33,7 @@ elements. Degenerate tasks are reported and not written unless --allow-degenerat
 --scale-batch F (0 < F <= 1) rewrites a module-level `batch_size = EXPR` to max(1, round(EXPR*F))
 before the code runs, so every size derived from it follows; problems without `batch_size` keep
 their sizes (the report says so). --max-mib M: a task whose tensors (inputs, params and every op
-result, as Kiln's task_bytes counts them) need more is not checked here and not written
+result, summed: the check runs PyTorch and Kiln on them) need more is not checked here or written
 ("too_large"). --no-check maps only and writes nothing (a dry run, e.g. at full GPU sizes).
 
 Output: DIR/level<N>/<name>.toml, name = kb_l<N>_<file stem>. The report (--report) is JSON:
@@ -289,6 +289,7 @@ class Recorder:
         self.meta, self.inits = meta, inits
         self.records, self.keep, self.saved, self.depth = {}, [], [], 0
         self.exprs, self.mode = {}, None  # id(tensor) -> how it was computed (inputs only)
+        self.derived = {}  # id(tensor) -> (function name, args): for the few maps of derived inputs
 
     def key(self, t):
         # meta tensors have no storage (data_ptr 0): identity, which the kept refs make unique
@@ -386,6 +387,7 @@ class Recorder:
                         f"{k}={show(v)}" for k, v in kwargs.items()
                         if k not in ("device", "generator", "requires_grad")]
                     rec.exprs[id(out)] = f"{name}({', '.join(parts)})"[:160]
+                    rec.derived[id(out)] = (name, args)
                     rec.keep.append(out)
                 return out
         return Mode()
@@ -406,12 +408,33 @@ def _size_arg(args, kwargs):
     return [int(s) for s in size]
 
 
+def bool_mask_init(t, rec, where):
+    """torch.randint(0, 2, shape).bool(): a float 0 / 1 input (randint:0:2). Exact wherever the
+    mask only multiplies or adds (x * mask); any other use fails the numerical check, which feeds
+    these float masks to the original Model."""
+    how = rec.derived.get(id(t))
+    src = how[1][0] if how and how[0] == "bool" and how[1] else None
+    r = rec.lookup(src) if isinstance(src, torch.Tensor) else None
+    if r is None or r[0][0] != "factory" or r[0][1] != "randint" or src._version != r[1]:
+        raise Blocked("input", "bool input tensor",
+                      f"{where} is torch.bool and not a randint(0, 2).bool() mask")
+    if factory_init(src, r, rec, where) != {"init": "randint:0:2"}:
+        raise Blocked("input", "bool input tensor", f"{where}: a mask drawn other than 0 / 1")
+    return {"init": "randint:0:2", "rewrite": "bool mask input -> float 0 / 1 input"}
+
+
 def input_init(t, rec, where):
     """Kiln's init for one get_inputs() tensor, or Blocked."""
+    if t.dtype == torch.bool:
+        return bool_mask_init(t, rec, where)
     if t.dtype != torch.float32:
         raise Blocked("input", f"{str(t.dtype).replace('torch.', '')} input tensor",
                       f"{where} is {t.dtype}; Kiln's inputs are drawn in the task dtype (float32)")
-    r = rec.lookup(t)
+    return factory_init(t, rec.lookup(t), rec, where)
+
+
+def factory_init(t, r, rec, where):
+    """The init of a tensor that `rec` saw drawn (r: its record), or Blocked."""
     if r is None or r[0][0] != "factory":
         expr = rec.expression(t)
         raise Blocked("input", "input drawn by an expression",
@@ -1220,6 +1243,43 @@ def matmul(m, args, kwargs, what):
     return m.emit("matmul", [b["input"], b["other"]], shape=m.shape_of(m.node))
 
 
+def einsum(m, args, kwargs, what):
+    """The einsums that are one matmul: "...ij,jk->...ik" (a batched or broadcast product over the
+    last index of the first operand and the first of a 2-D second), or the same batch prefix on
+    both ("bij,bjk->bik")."""
+    eq = _const(args[0], what) if args else None
+    ops = list(args[1:])
+    if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
+        ops = list(ops[0])
+    if not isinstance(eq, str) or "->" not in eq or len(ops) != 2 or "." in eq:
+        m.block("missing_op", "torch.einsum", f"equation {eq!r} with {len(ops)} operand(s)")
+    lhs, out = eq.replace(" ", "").split("->")
+    a, b = lhs.split(",") if lhs.count(",") == 1 else ("", "")
+    ok = len(a) >= 2 and len(b) >= 2 and len(set(a)) == len(a) and len(set(b)) == len(b)
+    if ok and len(b) == 2:  # contract a[-1] with b[0]: x @ w
+        ok = a[-1] == b[0] and b[1] not in a and out == a[:-1] + b[1]
+    elif ok:  # the same batch prefix: bmm-like
+        ok = (len(a) == len(b) and a[:-2] == b[:-2] and a[-1] == b[-2] and a[-2] not in b
+              and b[-1] not in a and out == a[:-1] + b[-1])
+    if not ok:
+        m.block("missing_op", "torch.einsum", f"equation {eq!r} is not one matmul")
+    m.rewrite(f"einsum {eq} -> matmul")
+    return m.emit("matmul", ops, shape=m.shape_of(m.node))
+
+
+def const_like(init):
+    def h(m, args, kwargs, what):
+        shape = m.shape_of(m.node)
+        if shape is None:
+            m.block("missing_attr", f"{what}: unknown result shape")
+        dtype = kwargs.get("dtype")
+        if dtype is not None and _const(dtype, what) not in (None, torch.float32):
+            m.block("missing_attr", f"{what}: dtype other than float32")
+        t = torch.zeros(shape) if init == "zeros" else torch.ones(shape)
+        return m.const_tensor(t)
+    return h
+
+
 def mm(m, args, kwargs, what):
     b = Sig("input, mat2").bind(args, kwargs, what)
     m.rewrite("mm -> matmul (2-D)")
@@ -1424,8 +1484,192 @@ def getitem(m, args, kwargs, what):
             m.rewrite("x[..., None] -> reshape")
             return reshape_to(m, x, "index with None")
         return alias(x)
-    m.block("missing_op", "tensor slicing / indexing x[...]",
-            "index " + ", ".join(_show_index(e) for e in consts))
+    return basic_index(m, x, consts)
+
+
+def slice_dim(m, x, dim, start, end, step, what):
+    """x sliced on one dim with Python's bounds (normalized here); x itself when it takes all."""
+    if isinstance(x, Unknown) or _shape(x) is None:
+        return Unknown(None)  # its blocker is recorded already
+    shape = list(_shape(x))
+    n = shape[dim]
+    try:
+        s, e, st = slice(start, end, step).indices(n)
+    except (TypeError, ValueError) as err:
+        m.block("missing_attr", f"{what}: bounds", str(err))
+    if st < 1:
+        m.block("missing_attr", f"{what}: negative step", f"step {st}")
+    if (s, e, st) == (0, n, 1):
+        return x
+    shape[dim] = len(range(s, e, st))
+    if shape[dim] == 0:
+        m.block("missing_attr", f"{what}: selects no element", f"{start}:{end}:{step} of {n}")
+    out = m.emit("slice", [x], {"dim": dim, "start": s, "end": e, "step": st}, shape=shape)
+    if isinstance(out, T):
+        out.view = True  # an in-place op on it would write its source in PyTorch
+    return out
+
+
+def basic_index(m, x, consts):
+    """x[i, a:b:c, ..., None]: one slice op per sliced dim; an int is a one-element slice, then a
+    reshape drops those dims (and adds the None ones)."""
+    shape = _shape(x)
+    if isinstance(x, Unknown):
+        return Unknown(m.shape_of(m.node))
+    if shape is None:
+        m.block("missing_attr", "index: unknown input shape")
+    taken = sum(1 for e in consts if e is not None and e is not Ellipsis)
+    if sum(1 for e in consts if e is Ellipsis) > 1 or taken > len(shape):
+        m.block("missing_attr", "index: more indices than dims",
+                ", ".join(_show_index(e) for e in consts))
+    items = []
+    for e in consts:
+        items += [slice(None)] * (len(shape) - taken) if e is Ellipsis else [e]
+    items += [slice(None)] * (len(shape) - sum(1 for e in items if e is not None))
+    cur, d, reshape = x, 0, False
+    for e in items:
+        if e is None:
+            reshape = True
+            continue
+        if isinstance(e, bool) or not isinstance(e, (int, slice)):
+            m.block("missing_op", "tensor indexing x[...] by a non-integer", _show_index(e))
+        if isinstance(e, int):
+            i = e + shape[d] if e < 0 else e
+            if not 0 <= i < shape[d]:
+                m.block("missing_attr", "index out of range", f"{e} on a dim of {shape[d]}")
+            cur, reshape = slice_dim(m, cur, d, i, i + 1, 1, "index"), True
+        else:
+            for part in (e.start, e.stop, e.step):
+                if part is not None and (isinstance(part, bool) or not isinstance(part, int)):
+                    m.block("missing_attr", "slice bound is not an integer", _show_index(e))
+            cur = slice_dim(m, cur, d, e.start, e.stop, e.step, "slice")
+        d += 1
+    if reshape:
+        return reshape_to(m, cur, "index")
+    return cur
+
+
+def narrow(m, args, kwargs, what):
+    first = args[0] if args else kwargs.get("input")
+    if isinstance(first, Unknown) or _shape(first) is None:
+        return Unknown(m.shape_of(m.node))
+    b = Sig("input, dim, start, length").bind(args, kwargs, what)
+    x = b["input"]
+    dim, start = int(_c(b, "dim", what)), int(_c(b, "start", what))
+    length = int(_c(b, "length", what))
+    rank = len(_shape(x))
+    dim = dim + rank if dim < 0 else dim
+    n = _shape(x)[dim]
+    start = start + n if start < 0 else start
+    if not (0 <= dim < rank and 0 <= start and length >= 0 and start + length <= n):
+        m.block("missing_attr", "narrow out of range", f"dim {dim} start {start} length {length}")
+    return slice_dim(m, x, dim, start, start + length, 1, "narrow")
+
+
+def select(m, args, kwargs, what):
+    first = args[0] if args else kwargs.get("input")
+    if isinstance(first, Unknown) or _shape(first) is None:
+        return Unknown(m.shape_of(m.node))
+    b = Sig("input, dim, index").bind(args, kwargs, what)
+    x = b["input"]
+    dim, i = int(_c(b, "dim", what)), int(_c(b, "index", what))
+    rank = len(_shape(x))
+    dim = dim + rank if dim < 0 else dim
+    n = _shape(x)[dim] if 0 <= dim < rank else 0
+    i = i + n if i < 0 else i
+    if not 0 <= i < n:
+        m.block("missing_attr", "select out of range", f"dim {dim} index {i}")
+    m.rewrite("select -> slice, reshape")
+    return reshape_to(m, slice_dim(m, x, dim, i, i + 1, 1, "select"), "select")
+
+
+def split_parts(m, x, dim, sizes, what):
+    rank = len(_shape(x))
+    dim = dim + rank if dim < 0 else dim
+    if not 0 <= dim < rank:
+        m.block("missing_attr", f"{what}: dim out of range", f"dim {dim}")
+    parts, at = [], 0
+    for k in sizes:
+        parts.append(slice_dim(m, x, dim, at, at + k, 1, what))
+        at += k
+    m.rewrite(f"{what} -> slices")
+    return tuple(parts)
+
+
+def split(m, args, kwargs, what):
+    first = args[0] if args else kwargs.get("input")
+    if isinstance(first, Unknown) or _shape(first) is None:
+        return Unknown(None)
+    b = Sig("input, split_size_or_sections, dim=0").bind(args, kwargs, what)
+    x, how = b["input"], _const(b["split_size_or_sections"], what)
+    dim = int(_c(b, "dim", what))
+    n = _shape(x)[dim]
+    if isinstance(how, int):
+        if how < 1:
+            m.block("missing_attr", f"{what}: split size < 1", str(how))
+        sizes = [min(how, n - at) for at in range(0, n, how)]
+    else:
+        sizes = [int(k) for k in how]
+        if sum(sizes) != n:
+            m.block("missing_attr", f"{what}: sections do not add up", f"{sizes} of {n}")
+    return split_parts(m, x, dim, sizes, what)
+
+
+def chunk(m, args, kwargs, what):
+    first = args[0] if args else kwargs.get("input")
+    if isinstance(first, Unknown) or _shape(first) is None:
+        return Unknown(None)
+    b = Sig("input, chunks, dim=0").bind(args, kwargs, what)
+    x, chunks = b["input"], int(_c(b, "chunks", what))
+    dim = int(_c(b, "dim", what))
+    n = _shape(x)[dim]
+    if chunks < 1:
+        m.block("missing_attr", f"{what}: chunks < 1", str(chunks))
+    size = -(-n // chunks)
+    return split_parts(m, x, dim, [min(size, n - at) for at in range(0, n, size)], what)
+
+
+def flip(m, args, kwargs, what):
+    x = args[0] if args else kwargs.get("input")
+    rest = list(args[1:]) + [kwargs[k] for k in ("dims",) if k in kwargs]
+    dims = _const(rest[0] if len(rest) == 1 else tuple(rest), what)
+    dims = _ints(dims)
+    if not dims:
+        return alias(x)
+    return m.emit("flip", [x], {"dims": dims if len(dims) > 1 else dims[0]},
+                  shape=m.shape_of(m.node))
+
+
+def cat_fn(m, args, kwargs, what):
+    b = Sig("tensors, dim=0").bind(args, kwargs, what)
+    ts = list(b["tensors"]) if isinstance(b["tensors"], (list, tuple)) else None
+    if not ts:
+        m.block("missing_attr", f"{what}: not a list of tensors")
+    if len(ts) == 1:
+        return alias(ts[0])
+    if len(ts) > 64:
+        m.block("limit", f"{what} of more than 64 tensors", str(len(ts)))
+    return m.emit("cat", ts, {"dim": int(_c(b, "dim", what))}, shape=m.shape_of(m.node))
+
+
+def stack_fn(m, args, kwargs, what):
+    b = Sig("tensors, dim=0").bind(args, kwargs, what)
+    ts = list(b["tensors"]) if isinstance(b["tensors"], (list, tuple)) else None
+    if not ts or any(_shape(t) is None for t in ts):
+        m.block("missing_attr", f"{what}: not a list of tensors of known shape")
+    rank = len(_shape(ts[0])) + 1
+    dim = int(_c(b, "dim", what))
+    dim = dim + rank if dim < 0 else dim
+    parts = []
+    for t in ts:
+        shape = list(_shape(t))
+        shape.insert(dim, 1)
+        r = m.emit("reshape", [t], {"shape": shape}, shape=shape)
+        parts.append(r)
+    m.rewrite("stack -> reshape, cat")
+    if len(parts) == 1:
+        return parts[0]
+    return m.emit("cat", parts, {"dim": dim}, shape=m.shape_of(m.node))
 
 
 def _show_index(e):
@@ -1969,6 +2213,21 @@ def _setup():
     METHODS["size"] = METHODS["dim"] = METHODS["numel"] = size_method
     FUNCS[builtins.getattr] = (getattr_fn, "getattr")
     FUNCS[operator.getitem] = (getitem, "getitem")
+    _reg_fn(["torch.cat", "torch.concat", "torch.concatenate"], cat_fn, "cat")
+    _reg_fn(["torch.einsum"], einsum, "einsum")
+    _reg_fn(["torch.flip"], flip, "flip")
+    METHODS["flip"] = flip
+    _reg_fn(["torch.zeros_like"], const_like("zeros"), "zeros_like")
+    _reg_fn(["torch.ones_like"], const_like("ones"), "ones_like")
+    _reg_fn(["torch.stack"], stack_fn, "stack")
+    _reg_fn(["torch.narrow"], narrow, "narrow")
+    METHODS["narrow"] = narrow
+    _reg_fn(["torch.select"], select, "select")
+    METHODS["select"] = select
+    _reg_fn(["torch.split"], split, "split")
+    METHODS["split"] = split
+    _reg_fn(["torch.chunk"], chunk, "chunk")
+    METHODS["chunk"] = chunk
     _reg_fn(["torch.nn.functional.dropout", "torch.nn.functional.dropout2d",
              "torch.nn.functional.dropout3d", "torch.nn.functional.dropout1d",
              "torch.nn.functional.alpha_dropout"], f_dropout, "dropout")
@@ -2294,6 +2553,27 @@ def spec_bytes(spec, shapes):
     return n
 
 
+def spec_peak_bytes(spec, shapes):
+    """The peak of live tensors as Kiln's reference holds them (data/task_check.cpp peak_bytes):
+    inputs and params throughout, an op result until its last reader, outputs to the end."""
+    ops, outs = spec["ops"], set(spec["outputs"])
+    last = {}
+    for i, op in enumerate(ops):
+        for a in op["args"]:
+            last[a] = i
+    size = {op["out"]: math.prod(shapes.get(op["out"]) or [0]) *
+            (8 if op["op"] in ("argmax", "argmin") else 4) for op in ops}
+    live = sum(math.prod(d["shape"]) * 4 for d in spec["inputs"] + spec["params"])
+    peak = live
+    for i, op in enumerate(ops):
+        live += size[op["out"]]
+        peak = max(peak, live)
+        for o in ops[:i + 1]:
+            if o["out"] not in outs and last.get(o["out"], ops.index(o)) == i:
+                live -= size[o["out"]]
+    return peak
+
+
 def blas_gflop(spec, shapes):
     """Estimated GFLOP of one forward's linear / matmul / bmm ops: the ops this machine's
     LibTorch runs through the reference BLAS (a few GFLOP/s), the check's main cost."""
@@ -2451,16 +2731,21 @@ def map_problem(prob, conf):
     if not tensor_items:
         raise Blocked("format", "get_inputs() returns no tensor")
     gm, env, tensor_names, meta_errors = trace(model, items, [list(x.shape) for x in tensor_items])
+    input_rewrites = []
     for i, (name, item) in enumerate(zip(tensor_names, tensor_items)):
         try:
             decl = input_init(item, irec, f"input {i} ('{name}')")
         except Blocked as b:
             blockers.append(b)
             decl = {"init": "?"}
+        if "rewrite" in decl:
+            input_rewrites.append(decl.pop("rewrite"))
         inputs.append(dict(name=name, shape=list(item.shape), **decl))
     if meta_errors:
         res["notes"].append("no meta value for: " + "; ".join(meta_errors[:3]))
     m = Mapper(gm, env, inits, "m.")
+    for r in input_rewrites:
+        m.rewrite(r)
     placeholders = {}
     for n in gm.graph.nodes:
         if n.op == "placeholder":
@@ -2508,6 +2793,7 @@ def map_problem(prob, conf):
             shapes_by_value.setdefault(v.name, v.shape)
     res["ops"] = len(ops)
     res["bytes"] = spec_bytes(spec, shapes_by_value)
+    res["peak_bytes"] = spec_peak_bytes(spec, shapes_by_value)
     res["blas_gflop"] = blas_gflop(spec, dict(shapes_by_value))
     res["shapes"] = {"inputs": [d["shape"] for d in inputs],
                      "outputs": [shapes_by_value.get(o) for o in outs]}

@@ -215,6 +215,10 @@ _op("permute", "permute", 1, 1, [("dims", "ints")], 0, ["dims"])
 _op("transpose", "transpose", 1, 1, [("dim0", "integer"), ("dim1", "integer")], 0, ["dim0", "dim1"])
 _op("flatten", "flatten", 1, 1, [("start_dim", "integer"), ("end_dim", "integer")])
 _op("dropout", "dropout", 1, 1, [("p", "real")])
+_op("cat", "cat", 2, 64, [("dim", "integer")])
+_op("flip", "flip", 1, 1, [("dims", "int_or_ints")], 0, ["dims"])
+_op("slice", "slice", 1, 1, [("dim", "integer"), ("start", "integer"), ("end", "integer"),
+                             ("step", "integer")], 0, ["dim"])
 
 
 def _is_int(v):
@@ -373,6 +377,17 @@ def gen_op(op, a, at, sd):
         if float(at.a.get("p", 0.0)) != 0.0:
             raise TaskError(f"attrs.p: only dropout with p = 0 is deterministic; got {at.a['p']}")
         return f"{x}  # dropout with p = 0: the identity"
+    if family == "cat":
+        return f"torch.cat([{', '.join(a)}], dim={at.int('dim', 0)})"
+    if family == "flip":
+        return f"torch.flip({x}, {at.dims('dims')})"
+    if family == "slice":  # Python's slice clamping is the op's (op_vocab.cpp slice_window_of)
+        step = at.int("step", 1)
+        if step < 1:
+            raise TaskError(f"attrs.step: must be >= 1, got {step}")
+        d, end = at.int("dim", 0), at.a.get("end")
+        return (f"{x}[(slice(None),) * ({d} % {x}.dim()) + "
+                f"(slice({at.int('start', 0)}, {end!r}, {step}),)]")
     raise TaskError(f"op '{n}': no PyTorch translation")  # a family added to OPS but not here
 
 

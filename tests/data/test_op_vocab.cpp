@@ -91,7 +91,10 @@ TEST_CASE("the vocabulary holds every v1 op") {
                     "permute",
                     "transpose",
                     "flatten",
-                    "dropout"})
+                    "dropout",
+                    "cat",
+                    "slice",
+                    "flip"})
     CHECK_MESSAGE(find_op(name) != nullptr, name);
   CHECK(find_op("conv4d") == nullptr);
 }
@@ -210,4 +213,46 @@ TEST_CASE("reductions, softmax and layout") {
   CHECK(infer_error("permute", {{2, 3, 4}}, {{"dims", std::vector<int64_t>{0, 0, 1}}})
             .find("permutation") != std::string::npos);
   CHECK(infer_error("dropout", {{2, 3}}, {{"p", 0.5}}).find("p = 0") != std::string::npos);
+}
+
+TEST_CASE("cat joins along one dim, the others must agree") {
+  using I = int64_t;
+  CHECK(infer("cat", {{2, 3, 4}, {2, 5, 4}, {2, 1, 4}}, {{"dim", I{1}}}) == shape_t{2, 9, 4});
+  CHECK(infer("cat", {{2, 3}, {2, 3}}, {{"dim", I{-1}}}) == shape_t{2, 6});
+  CHECK(infer("cat", {{2, 3}, {4, 3}}) == shape_t{6, 3}); // dim defaults to 0, as torch.cat
+  CHECK(infer_error("cat", {{2, 3}}).find("takes 2 to 64") != std::string::npos);
+  CHECK(infer_error("cat", {{2, 3}, {3, 3}}, {{"dim", I{1}}}).find("args[1]: cat on dim 1") !=
+        std::string::npos);
+  CHECK(infer_error("cat", {{2, 3}, {2, 3, 1}}, {{"dim", I{0}}}).find("args[1]") !=
+        std::string::npos);
+  CHECK(infer_error("cat", {{2, 3}, {2, 3}}, {{"dim", I{2}}}).find("attrs.dim: out of range") !=
+        std::string::npos);
+  CHECK(infer_error("cat", {{}, {}}).find("rank >= 1") != std::string::npos);
+}
+
+TEST_CASE("slice clamps its bounds as Python does") {
+  using I = int64_t;
+  auto s = [](attr_map a) { return infer("slice", {{4, 10}}, std::move(a)); };
+  CHECK(s({{"dim", I{1}}, {"start", I{2}}, {"end", I{8}}, {"step", I{3}}}) == shape_t{4, 2});
+  CHECK(s({{"dim", I{1}}, {"start", I{-4}}, {"end", I{100}}, {"step", I{2}}}) == shape_t{4, 2});
+  CHECK(s({{"dim", I{-1}}, {"start", I{-100}}}) == shape_t{4, 10});
+  CHECK(s({{"dim", I{0}}, {"end", I{-1}}}) == shape_t{3, 10});
+  auto w = slice_window_of({{"dim", I{1}}, {"start", I{-4}}, {"step", I{3}}}, {4, 10});
+  REQUIRE(w.has_value());
+  CHECK((w->dim == 1 && w->start == 6 && w->step == 3 && w->len == 2));
+  CHECK(infer_error("slice", {{4, 10}}, {{"dim", I{1}}, {"start", I{7}}, {"end", I{3}}})
+            .find("selects no element") != std::string::npos);
+  CHECK(infer_error("slice", {{4, 10}}, {{"dim", I{1}}, {"step", I{0}}}).find("attrs.step") !=
+        std::string::npos);
+  CHECK(infer_error("slice", {{4, 10}}, {{"dim", I{2}}}).find("attrs.dim: out of range") !=
+        std::string::npos);
+  CHECK(infer_error("slice", {{4, 10}}, {{"start", I{1}}}).find("attrs.dim: required") !=
+        std::string::npos);
+  CHECK(infer_error("slice", {{}}, {{"dim", I{0}}}).find("rank >= 1") != std::string::npos);
+  CHECK(infer("flip", {{4, 10}}, {{"dims", std::vector<int64_t>{0, -1}}}) == shape_t{4, 10});
+  CHECK(infer_error("flip", {{4, 10}}, {{"dims", std::vector<int64_t>{1, -1}}})
+            .find("not distinct") != std::string::npos);
+  CHECK(is_view_layout(op_family::reshape));
+  CHECK_FALSE(is_view_layout(op_family::slice));
+  CHECK_FALSE(is_view_layout(op_family::cat));
 }

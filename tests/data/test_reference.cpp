@@ -158,6 +158,16 @@ TEST_CASE("reductions, softmax, cumsum and layout") {
        {1, 2, 3, 4});
   near(run("flatten", {vec({1, 2, 3, 4}, {1, 2, 2})}), {1, 2, 3, 4});
   near(run("dropout", {vec({1, 2}, {2})}, {{"p", 0.0}}), {1, 2});
+  near(run("cat", {vec({1, 2, 3, 4}, {2, 2}), vec({5, 6}, {2, 1})}, {{"dim", int64_t{1}}}),
+       {1, 2, 5, 3, 4, 6});
+  near(run("cat", {vec({1, 2}, {1, 2}), vec({3, 4}, {1, 2}), vec({5, 6}, {1, 2})}),
+       {1, 2, 3, 4, 5, 6});
+  auto x = vec({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {2, 5});
+  near(run("slice", {x}, {{"dim", int64_t{1}}, {"start", int64_t{-4}}, {"step", int64_t{2}}}),
+       {1, 3, 6, 8});
+  near(run("slice", {x}, {{"dim", int64_t{0}}, {"start", int64_t{1}}, {"end", int64_t{99}}}),
+       {5, 6, 7, 8, 9});
+  near(run("flip", {x}, {{"dims", int64_t{1}}}), {4, 3, 2, 1, 0, 9, 8, 7, 6, 5});
 }
 
 TEST_CASE("params follow torch.nn init, inputs are deterministic per seed") {

@@ -755,6 +755,66 @@ op = "relu"
 args = ["l5"]
 )";
 
+// cat, slice and flip: copies, never views (a slice that no output holds still gets its own
+// buffer).
+const char* kCatSlice = R"(
+name = "cat_slice_shapes"
+outputs = ["c0", "c1", "s1", "s3", "c2", "f0", "f1"]
+[[inputs]]
+name = "x"
+shape = [3, 5, 7]
+init = "normal"
+[[inputs]]
+name = "y"
+shape = [3, 2, 7]
+init = "normal"
+[[ops]]
+out = "c0"
+op = "cat"
+args = ["x", "y", "x"]
+attrs = { dim = 1 }
+[[ops]]
+out = "s0"
+op = "slice"
+args = ["x"]
+attrs = { dim = 1, start = -4, step = 2 }
+[[ops]]
+out = "c1"
+op = "cat"
+args = ["s0", "y"]
+attrs = { dim = -2 }
+[[ops]]
+out = "s1"
+op = "slice"
+args = ["x"]
+attrs = { dim = 2, start = 1, end = 100, step = 3 }
+[[ops]]
+out = "s2"
+op = "slice"
+args = ["x"]
+attrs = { dim = 0, start = 1, end = 2 }
+[[ops]]
+out = "s3"
+op = "reshape"
+args = ["s2"]
+attrs = { shape = [5, 7] }
+[[ops]]
+out = "c2"
+op = "cat"
+args = ["s1", "s1"]
+attrs = { dim = -1 }
+[[ops]]
+out = "f0"
+op = "flip"
+args = ["x"]
+attrs = { dims = [0, -1] }
+[[ops]]
+out = "f1"
+op = "flip"
+args = ["s1"]
+attrs = { dims = 1 }
+)";
+
 const char* kFused = R"(
 name = "fused_epilogues"
 outputs = ["f3", "e2", "h2", "s2"]
@@ -836,7 +896,8 @@ args = ["s1"]
 } // namespace
 
 TEST_CASE("hand-made tasks with non-divisible shapes: every family") {
-  for (const char* toml : {kUnary, kBinary, kGemm, kConv, kPool, kNorm, kReduce, kLayout, kFused}) {
+  for (const char* toml :
+       {kUnary, kBinary, kGemm, kConv, kPool, kNorm, kReduce, kLayout, kCatSlice, kFused}) {
     task t = make_task(toml);
     require_correct(t, expert_program(t, backend_kind::cpu));
   }

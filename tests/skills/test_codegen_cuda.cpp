@@ -275,3 +275,55 @@ TEST_CASE("nvrtc: errors carry the log, the cache answers the second time") {
   CHECK(c->key != a->key);
   CHECK(!nvrtc_version().empty());
 }
+
+TEST_CASE("plans: cat reads every input, a slice is a copy of its window") {
+  task t = make_task(R"(
+name = "cat_slice"
+dtype = "float32"
+outputs = ["c", "r", "f"]
+[[inputs]]
+name = "x"
+shape = [6, 10]
+[[inputs]]
+name = "y"
+shape = [6, 3]
+[[ops]]
+out = "c"
+op = "cat"
+args = ["x", "y", "x"]
+attrs = { dim = -1 }
+[[ops]]
+out = "s"
+op = "slice"
+args = ["x"]
+attrs = { dim = 1, start = -7, step = 2 }
+[[ops]]
+out = "r"
+op = "relu"
+args = ["s"]
+[[ops]]
+out = "f"
+op = "flip"
+args = ["x"]
+attrs = { dims = [0, 1] }
+)");
+  auto cp = generate_cuda(t, expert_program(t, backend_kind::cuda));
+  REQUIRE_MESSAGE(cp.has_value(), (cp ? "" : cp.message()));
+  CHECK(check_plan(cp->plan).has_value());
+  CHECK(cp->plan.output_bytes == std::vector<int64_t>{6 * 23 * 4, 6 * 4 * 4, 6 * 10 * 4});
+  auto art = compile_nvrtc(cp->source);
+  REQUIRE_MESSAGE(art.has_value(), (art ? "" : art.message()));
+  CHECK(missing_entry(*cp, art->ptx).empty());
+  const auto& cat = cp->plan.steps.front().kernel;
+  auto reads = [](const kernel_step& k, buffer_ref b) {
+    return std::count_if(k.args.begin(), k.args.end(),
+                         [&](const kernel_arg& a) { return a.buffer == b; });
+  };
+  CHECK(reads(cat, buffer_ref{buffer_kind::input, 0}) == 1); // x once, though cat names it twice
+  CHECK(reads(cat, buffer_ref{buffer_kind::input, 1}) == 1);
+  // The slice is not a view: the relu reads its own copy, not input 0.
+  const auto& relu = cp->plan.steps.at(2).kernel;
+  CHECK(reads(relu, buffer_ref{buffer_kind::input, 0}) == 0);
+  CHECK(cp->source.find("(c - 13)") != std::string::npos); // the third input starts at 13
+  CHECK(cp->source.find("[59 + ") != std::string::npos);   // the flip starts at the last element
+}

@@ -99,25 +99,25 @@ class MainRun(unittest.TestCase):
 
     def test_exit_status_progress_and_summary(self):
         self.assertEqual(self.proc.returncode, 0, self.proc.stderr[-2000:])
-        self.assertRegex(self.proc.stderr, r"\[ *1/22\] ")  # progress lines on stderr
+        self.assertRegex(self.proc.stderr, r"\[ *1/23\] ")  # progress lines on stderr
         s = self.report["summary"]
         self.assertEqual(s["1"]["problems"], 10)
-        self.assertEqual(s["2"]["problems"], 10)
+        self.assertEqual(s["2"]["problems"], 11)
         self.assertEqual((s["3"]["problems"], s["3"]["rejected"]), (1, 1))
         self.assertEqual((s["4"]["problems"], s["4"]["rejected"]), (1, 1))
         self.assertEqual((s["1"]["imported"], s["1"]["degenerate"], s["1"]["rejected"]),
                          (2, 2, 6))
-        self.assertEqual((s["2"]["imported"], s["2"]["rejected"]), (3, 7))
+        self.assertEqual((s["2"]["imported"], s["2"]["rejected"]), (4, 7))
         self.assertIn("level  problems  imported", self.proc.stdout)
 
     def test_every_import_passed_the_check_and_shapes_only(self):
         imported = [p for p in self.report["problems"] if p["status"] == "imported"]
-        self.assertEqual(len(imported), 5)
+        self.assertEqual(len(imported), 6)
         for p in imported:
             self.assertEqual(p["check"], "ok", p["name"])
             self.assertTrue(os.path.isfile(p["out"]), p["name"])
         v = self.report["shapes_only_validate"]
-        self.assertEqual((v["exit"], v["tasks"]), (0, 5))
+        self.assertEqual((v["exit"], v["tasks"]), (0, 6))
         rc = subprocess.run([KILN, "tasks", "validate", "--shapes-only", self.out],
                             capture_output=True, text=True)
         self.assertEqual(rc.returncode, 0, rc.stdout + rc.stderr)
@@ -247,8 +247,25 @@ class MainRun(unittest.TestCase):
                                                          p["name"] + ".toml")))
 
     def test_missing_op(self):
-        keys, bl = self.blockers("reject_missing_op_cat")
-        self.assertEqual(keys, {("missing_op", "torch.cat")})
+        keys, bl = self.blockers("reject_missing_op_cumprod")
+        self.assertEqual(keys, {("missing_op", "torch.cumprod")})
+
+    def test_cat_and_slices(self):
+        spec = self.spec("functions_cat_slice")
+        ops = [o for o in spec["ops"]]
+        slices = [o["attrs"] for o in ops if o["op"] == "slice"]
+        # x[:, 2:10:2], x[..., -3:] (normalized), narrow, x[:, 0], split, chunk
+        for want in ({"dim": 1, "start": 2, "end": 10, "step": 2},
+                     {"dim": 2, "start": 9, "end": 12, "step": 1},
+                     {"dim": 2, "start": 1, "end": 5, "step": 1},
+                     {"dim": 1, "start": 0, "end": 1, "step": 1},
+                     {"dim": 1, "start": 5, "end": 16, "step": 1},
+                     {"dim": 2, "start": 6, "end": 12, "step": 1}):
+            self.assertIn(want, slices)
+        cats = [o for o in ops if o["op"] == "cat"]
+        self.assertEqual([len(o["args"]) for o in cats], [2, 3, 3, 3])  # stack, rows, cols, out
+        self.assertEqual([o["attrs"]["dim"] for o in cats], [1, 1, -1, 1])
+        self.assertEqual(self.p["functions_cat_slice"]["check"], "ok")
 
     def test_missing_attributes(self):
         keys, bl = self.blockers("reject_missing_attr")
@@ -292,8 +309,8 @@ class MainRun(unittest.TestCase):
 
     def test_missing_ranking(self):
         rank = {(e["kind"], e["what"]): e for e in self.report["missing"]}
-        self.assertEqual((rank[("missing_op", "torch.cat")]["problems"],
-                          rank[("missing_op", "torch.cat")]["alone"]), (1, 1))
+        self.assertEqual((rank[("missing_op", "torch.cumprod")]["problems"],
+                          rank[("missing_op", "torch.cumprod")]["alone"]), (1, 1))
         alpha = rank[("missing_attr", "torch.add alpha")]
         self.assertEqual((alpha["problems"], alpha["alone"]), (1, 0))  # with two others
         self.assertNotIn(("trace", "torch.fx cannot trace Model.forward"), rank)  # not ranked
@@ -315,6 +332,23 @@ class SmallRuns(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
         with open(path) as f:
             return json.load(f)
+
+    @need_kiln
+    def test_kiln_tasks_import_runs_this_importer_with_itself_as_kiln(self):
+        path = os.path.join(self.tmp, "r.json")
+        proc = subprocess.run([KILN, "tasks", "import",
+                               os.path.join(DATA, "level2", "functions_cat_slice.py"),
+                               "--no-check", "--report", path],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+        with open(path) as f:
+            r = json.load(f)
+        self.assertEqual(r["args"]["kiln"], os.path.realpath(KILN))
+        self.assertEqual(r["problems"][0]["status"], "mappable")
+        bad = subprocess.run([KILN, "tasks", "import", "x.py", "--no-such-option"],
+                             capture_output=True, text=True, timeout=300)
+        self.assertEqual(bad.returncode, 2)  # argparse's usage error, through kiln
+        self.assertIn("--no-such-option", bad.stderr)
 
     @need_kiln
     def test_allow_degenerate_writes_and_flags(self):

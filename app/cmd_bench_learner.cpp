@@ -5,7 +5,7 @@
 //   policy: decode tokens/s of the policy model (batched KV-cache steps) at several batch sizes
 //   async vs sync: wall clock for the same number of updates with a concurrent producer
 //   --learn: the smoke-check learning run on the proxy reward (learner/smoke.hpp; not the pool)
-#include "actors/commands.hpp"
+#include "app/commands.hpp"
 #include "data/task_set.hpp"
 #include "learner/intake.hpp"
 #include "learner/learner.hpp"

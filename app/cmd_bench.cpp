@@ -1,8 +1,8 @@
 // kiln bench pool: throughput and honesty figures of the device pool, measured end to end through
 // the actors (codegen -> compile workers -> device actor -> sandboxed executor).
 #include "actors/actor_system_setup.hpp"
-#include "actors/commands.hpp"
-#include "actors/eval_runner.hpp"
+#include "app/commands.hpp"
+#include "app/eval_runner.hpp"
 #include "data/task_parse.hpp"
 #include "data/task_set.hpp"
 #include "gpu_pool/executor_client.hpp"
@@ -153,6 +153,16 @@ extern "C" int kiln_cuda_run(const void* const* in, const void* const*, void* co
 })";
 }
 
+// Sample coefficient of variation; 0 for fewer than two values.
+double cv_of(const std::vector<double>& v) {
+  if (v.size() < 2) return 0.0;
+  double mean = 0, var = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  for (double x : v) var += (x - mean) * (x - mean);
+  return std::sqrt(var / static_cast<double>(v.size() - 1)) / mean;
+}
+
 nlohmann::json bench_boundary(caf::actor_system& sys, const pool_config& cfg) {
   auto t = task_from_toml(kSpinTask, "bench_spin_relu.toml");
   nlohmann::json rows = nlohmann::json::array();
@@ -173,6 +183,20 @@ nlohmann::json bench_boundary(caf::actor_system& sys, const pool_config& cfg) {
     } else {
       r["message"] = o.message.substr(0, 300);
       spdlog::warn("boundary: {} us kernel: {}: {}", us, to_string(o.kind), o.message);
+    }
+    if (us >= 10000.0 && o.kind == outcome_kind::correct) {
+      // The goal's regime (>= 10 ms): re-measured, the spread of the medians is the protocol's
+      // own (the spin is on the clock, so the core's speed does not enter).
+      std::vector<double> medians;
+      for (int i = 0; i < 10; ++i) {
+        auto again = pool.run(bench_job(*t, job_kind::time, 2), spin_source(cfg.backend, us));
+        if (again.kind == outcome_kind::correct && again.time)
+          medians.push_back(again.time->median_ms);
+      }
+      r["remeasured"] = medians.size();
+      r["cv_of_medians"] = cv_of(medians);
+      spdlog::info("boundary: {:>6.0f} us kernel re-measured {} times: CV of medians {:.4f}", us,
+                   medians.size(), cv_of(medians));
     }
     rows.push_back(r);
   }
@@ -273,12 +297,7 @@ int cmd_bench(const common_args& common, const bench_args& args) {
       auto o = pool.run(bench_job(*pick, job_kind::time, 1), prog);
       if (o.kind == outcome_kind::correct && o.time) medians.push_back(o.time->median_ms);
     }
-    double mean = 0, var = 0;
-    for (double m : medians) mean += m;
-    mean /= std::max<std::size_t>(1, medians.size());
-    for (double m : medians) var += (m - mean) * (m - mean);
-    double cv =
-        medians.size() > 1 ? std::sqrt(var / static_cast<double>(medians.size() - 1)) / mean : 0.0;
+    double cv = cv_of(medians);
     out["timing_cv"] = cv;
     out["timing_task"] = pick->name;
     out["timing_median_ms"] = percentile(medians, 0.5);

@@ -1,11 +1,11 @@
 // kiln eval: policies x suite through the pool (codegen -> compile -> verify -> time) with an eager
 // baseline per task measured by the same executor; metrics per level and overall, as JSON. With
-// --samples k or --turns T the programs come from episodes (actors/eval_episodes.hpp).
+// --samples k or --turns T the programs come from episodes (app/eval_episodes.hpp).
 #include "actors/actor_system_setup.hpp"
-#include "actors/commands.hpp"
-#include "actors/eval_episodes.hpp"
-#include "actors/eval_runner.hpp"
 #include "actors/messages.hpp"
+#include "app/commands.hpp"
+#include "app/eval_episodes.hpp"
+#include "app/eval_runner.hpp"
 #include "data/task_set.hpp"
 
 #include <caf/actor_system.hpp>

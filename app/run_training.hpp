@@ -4,7 +4,7 @@
 //     --weights (in-process slot)--> policy server;  progress lines + rollout.jsonl, learner.jsonl
 #pragma once
 
-#include "actors/run_config.hpp"
+#include "app/run_config.hpp"
 #include "data/expected.hpp"
 #include "data/task_spec.hpp"
 #include "rollout/baselines.hpp"

@@ -1,4 +1,4 @@
-#include "actors/config_reader.hpp"
+#include "app/config_reader.hpp"
 
 #include <filesystem>
 #include <fstream>

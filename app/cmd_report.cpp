@@ -1,7 +1,7 @@
 // kiln report: loads every source (a bad one is reported and skipped), writes the HTML page and
 // prints the Markdown summary.
-#include "actors/commands.hpp"
-#include "actors/report.hpp"
+#include "app/commands.hpp"
+#include "app/report.hpp"
 
 #include <cstdio>
 #include <fstream>

@@ -1,5 +1,5 @@
 // kiln: the command-line entry point. Parses arguments (CLI11), sets up logging, dispatches.
-#include "actors/commands.hpp"
+#include "app/commands.hpp"
 #include "gpu_pool/executor.hpp"
 
 #include <CLI/CLI.hpp>
@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("config", run.config, "config file");
   run_cmd->add_option("--set", run.overrides, "override a config key: KEY=VALUE (TOML value)");
 
-  auto* tasks_cmd = app.add_subcommand("tasks", "task files: validate");
+  auto* tasks_cmd = app.add_subcommand("tasks", "task files: validate, import");
   tasks_cmd->require_subcommand(1);
   kiln::tasks_validate_args validate;
   auto* val = tasks_cmd->add_subcommand(
@@ -47,6 +47,13 @@ int main(int argc, char** argv) {
                   "JSON rows also carry digests of params, inputs and outputs (N samples per "
                   "output) for tools/torch_baselines.py's fidelity check")
       ->check(CLI::Range(1, 100000));
+
+  auto* imp = tasks_cmd->add_subcommand(
+      "import", "KernelBench problems (files, folders, JSON Lines of {\"code\"}) as task files, "
+                "exactly or not at all: kiln tasks import --help for the importer's options");
+  imp->set_help_flag(); // --help goes to the importer, which owns these options
+  imp->allow_extras();
+  imp->positionals_at_end(false);
 
   kiln::eval_args eval;
   auto* ev = app.add_subcommand(
@@ -213,6 +220,7 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
   if (*run_cmd) return kiln::cmd_run(common, run);
   if (*val) return kiln::cmd_tasks_validate(common, validate);
+  if (*imp) return kiln::cmd_tasks_import(imp->remaining());
   if (*syn) return kiln::cmd_synth(common, synth);
   if (*ev) return kiln::cmd_eval(common, eval);
   if (*nd) return kiln::cmd_node(common, node);

@@ -1,4 +1,4 @@
-#include "actors/task_table.hpp"
+#include "app/task_table.hpp"
 
 #include <cmath>
 #include <cstdio>

@@ -8,9 +8,9 @@
 // ratio = engine / ceiling. bytes_per_episode = peak RSS growth of the engine run / episodes.
 // With --pool cpu: the real cpu pool and the expert policy; episodes/s and where the time goes.
 #include "actors/actor_system_setup.hpp"
-#include "actors/commands.hpp"
-#include "actors/eval_runner.hpp"
 #include "actors/messages.hpp"
+#include "app/commands.hpp"
+#include "app/eval_runner.hpp"
 #include "data/task_set.hpp"
 #include "gpu_pool/device_pool.hpp"
 #include "gpu_pool/job.hpp"

@@ -1,6 +1,6 @@
 // kiln report: sources load (bad lines counted, not fatal), the page carries the numbers and
 // escapes what it shows, the Markdown summary has one row per policy and level.
-#include "actors/report.hpp"
+#include "app/report.hpp"
 
 #include <doctest/doctest.h>
 #include <filesystem>

@@ -2,7 +2,7 @@
 // config_reader so that a wrong type or an unknown key is an error naming file, line and key.
 #pragma once
 
-#include "actors/config_reader.hpp"
+#include "app/config_reader.hpp"
 #include "data/expected.hpp"
 #include "learner/learner_config.hpp"
 

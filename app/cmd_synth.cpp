@@ -1,5 +1,5 @@
 // kiln synth: seed -> synthesizer candidates -> eager filters -> JSON Lines dataset + statistics.
-#include "actors/commands.hpp"
+#include "app/commands.hpp"
 #include "data/reference.hpp"
 #include "data/synth.hpp"
 #include "data/synth_filter.hpp"

@@ -2,8 +2,8 @@
 // weights leave on a PUB socket; checkpoints and metrics go to a stable directory so that
 // `--resume latest` continues where the last process stopped (SIGINT / SIGTERM stop it cleanly).
 //   rollouts --PUSH==> [PULL] learner [PUB] ==> policy servers (SUB)
-#include "actors/commands.hpp"
-#include "actors/run_config.hpp"
+#include "app/commands.hpp"
+#include "app/run_config.hpp"
 #include "data/task_set.hpp"
 #include "learner/learner.hpp"
 

@@ -1,4 +1,4 @@
-#include "actors/eval_episodes.hpp"
+#include "app/eval_episodes.hpp"
 
 #include "actors/messages.hpp"
 #include "learner/model_policy.hpp"

@@ -1,11 +1,11 @@
 // kiln run: one process hosting every role of an experiment. Today it validates the configured
 // suites (reference, degeneracy, eager time) and records them in a new run directory.
 #include "actors/actor_system_setup.hpp"
-#include "actors/commands.hpp"
-#include "actors/eval_runner.hpp"
-#include "actors/run_config.hpp"
-#include "actors/run_training.hpp"
-#include "actors/task_table.hpp"
+#include "app/commands.hpp"
+#include "app/eval_runner.hpp"
+#include "app/run_config.hpp"
+#include "app/run_training.hpp"
+#include "app/task_table.hpp"
 #include "data/reference.hpp"
 #include "data/task_set.hpp"
 #include "data/task_validate.hpp"

@@ -25,6 +25,10 @@ struct tasks_validate_args {
 };
 int cmd_tasks_validate(const common_args& common, const tasks_validate_args& args);
 
+// kiln tasks import --from kernelbench ...: runs tools/kernelbench_import.py (PyTorch traces the
+// problems) with the system's Python, this kiln as its --kiln; `args` are passed through as given.
+int cmd_tasks_import(const std::vector<std::string>& args);
+
 struct run_args {
   std::string config; // empty = the embedded configs/quickstart.toml
   std::vector<std::string> overrides;
@@ -50,7 +54,7 @@ struct executor_args;
 int executor_main(const executor_args& args);
 
 // `kiln node`: this machine's pool, published for `kiln run` / `kiln eval` on other machines
-// (actors/cmd_node.cpp).
+// (app/cmd_node.cpp).
 struct node_args {
   std::string backend = "cpu";
   int devices = 1; // cuda: 0 = every GPU from first_device
@@ -97,14 +101,14 @@ struct bench_args {
   int compiles = 24; // distinct random programs for compile latency
   int jobs = 200;    // verify jobs at saturation
   int in_flight = 8;
-  // rollout (actors/cmd_bench_rollout.cpp)
+  // rollout (app/cmd_bench_rollout.cpp)
   int episodes = 10000;          // concurrent episodes (null pool) / episodes in total (cpu pool)
   int turns = 16;                // turns per episode
   std::string pool = "null";     // null: instant outcomes; cpu: the real pool
   std::string policy = "expert"; // expert | random (cpu pool only)
   int group = 4;                 // episodes per task group (cpu pool)
   std::string scheduler = "sharing"; // rollout: CAF scheduler policy, sharing | stealing
-  // learner (actors/cmd_bench_learner.cpp)
+  // learner (app/cmd_bench_learner.cpp)
   bool learn = false;         // the smoke-check learning run (proxy reward, see learner/smoke.hpp)
   int seconds = 120;          // --learn: training time budget
   int updates = 10;           // async vs sync: updates timed in each mode
@@ -116,7 +120,7 @@ int cmd_bench(const common_args& common, const bench_args& args);
 int cmd_bench_rollout(const common_args& common, const bench_args& args);
 int cmd_bench_learner(const common_args& common, const bench_args& args);
 
-// `kiln learner`: the learner as its own process (actors/cmd_learner.cpp).
+// `kiln learner`: the learner as its own process (app/cmd_learner.cpp).
 struct learner_args {
   std::string config; // empty = the embedded configs/quickstart.toml ([learner], [tasks])
   std::vector<std::string> overrides;
@@ -125,7 +129,7 @@ struct learner_args {
 };
 int cmd_learner(const common_args& common, const learner_args& args);
 
-// `kiln report RUN_DIR|EVAL.json ... --out report.html` (actors/cmd_report.cpp).
+// `kiln report RUN_DIR|EVAL.json ... --out report.html` (app/cmd_report.cpp).
 struct report_args {
   std::vector<std::string> sources;
   std::string out = "report.html";

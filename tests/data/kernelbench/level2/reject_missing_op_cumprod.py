@@ -1,11 +1,11 @@
-# Hand-written test problem: torch.cat is not in spec v1 (missing op).
+# Hand-written test problem: torch.cumprod is not in spec v1 (missing op).
 import torch
 import torch.nn as nn
 
 
 class Model(nn.Module):
     def forward(self, x):
-        return torch.cat([torch.relu(x), torch.sigmoid(x)], dim=1)
+        return torch.cumprod(torch.sigmoid(x), dim=1)
 
 
 def get_inputs():

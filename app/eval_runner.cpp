@@ -1,4 +1,4 @@
-#include "actors/eval_runner.hpp"
+#include "app/eval_runner.hpp"
 
 #include "data/op_vocab.hpp"
 #include "data/task_check.hpp"

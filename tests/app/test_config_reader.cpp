@@ -1,5 +1,5 @@
-#include "actors/config_reader.hpp"
-#include "actors/run_config.hpp"
+#include "app/config_reader.hpp"
+#include "app/run_config.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-#include "actors/run_config.hpp"
+#include "app/run_config.hpp"
 
 #include "kiln/embedded_config.hpp"
 

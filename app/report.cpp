@@ -1,6 +1,6 @@
 // The page is plain HTML with inline SVG: it opens anywhere (a laptop, a CI artifact, headless
 // Chromium) and survives being mailed around, which a page loading a charting library does not.
-#include "actors/report.hpp"
+#include "app/report.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,10 +1,10 @@
 // The learner trains on its own thread while the actors roll out; the calling thread only waits
 // for the coordinator's summary, and a second thread turns progress into lines and metrics rows.
-#include "actors/run_training.hpp"
+#include "app/run_training.hpp"
 
 #include "actors/actor_system_setup.hpp"
-#include "actors/eval_runner.hpp"
 #include "actors/messages.hpp"
+#include "app/eval_runner.hpp"
 #include "learner/learner.hpp"
 #include "learner/model_policy.hpp"
 #include "rollout/builtin_policies.hpp"

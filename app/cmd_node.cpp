@@ -4,8 +4,8 @@
 // then. CAF's BASP has no authentication: bind to loopback (the default) or a trusted network.
 //   kiln run --(evaluate job, program)--> middleman ==> this node's pool --> outcome back
 #include "actors/actor_system_setup.hpp"
-#include "actors/commands.hpp"
-#include "actors/eval_runner.hpp"
+#include "app/commands.hpp"
+#include "app/eval_runner.hpp"
 #include "gpu_pool/device_pool.hpp"
 
 #include <atomic>

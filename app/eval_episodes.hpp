@@ -4,7 +4,7 @@
 //   --best_of_samples--> one eval row a task (pass@k, fastest correct kernel, turns used)
 #pragma once
 
-#include "actors/eval_runner.hpp"
+#include "app/eval_runner.hpp"
 #include "rollout/rollout_task.hpp"
 
 #include <caf/actor.hpp>
