@@ -102,7 +102,7 @@ int cmd_tasks_import(const std::vector<std::string>& args) {
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
-  execv(python.c_str(), cargv.data());
+  execvp(python.c_str(), cargv.data());
   spdlog::error("tasks import: cannot run {}: {} (install python3-torch, or set KILN_PYTHON)",
                 python, std::strerror(errno));
   return 2;

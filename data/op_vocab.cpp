@@ -648,6 +648,7 @@ expected<shape_t> infer_shape(const op_info& op, const std::vector<shape_t>& arg
     return out;
   }
   case op_family::flip: {
+    if (rank == 0) return fail("args[0]: flip needs a tensor of rank >= 1");
     std::vector<bool> seen(rank, false);
     for (auto d : attr_dims(attrs, "dims")) {
       if (!normalize_dim(d, rank) || seen[d])

@@ -254,7 +254,8 @@ at::Tensor apply(const op_info& info, const op_node& op, const std::vector<at::T
     c10::optional<int64_t> start, end;
     if (has_attr(at_, "start")) start = attr_int(at_, "start", 0);
     if (has_attr(at_, "end")) end = attr_int(at_, "end", 0);
-    return x.slice(attr_int(at_, "dim", 0), start, end, attr_int(at_, "step", 1));
+    // A copy: a view would keep its whole source alive past the source's last use (peak_bytes).
+    return x.slice(attr_int(at_, "dim", 0), start, end, attr_int(at_, "step", 1)).clone();
   }
   }
   throw std::runtime_error("no reference implementation for op '" + op.op + "'");

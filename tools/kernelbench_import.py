@@ -387,7 +387,7 @@ class Recorder:
                         f"{k}={show(v)}" for k, v in kwargs.items()
                         if k not in ("device", "generator", "requires_grad")]
                     rec.exprs[id(out)] = f"{name}({', '.join(parts)})"[:160]
-                    rec.derived[id(out)] = (name, args)
+                    rec.derived[id(out)] = (name, args, out._version)
                     rec.keep.append(out)
                 return out
         return Mode()
@@ -409,11 +409,12 @@ def _size_arg(args, kwargs):
 
 
 def bool_mask_init(t, rec, where):
-    """torch.randint(0, 2, shape).bool(): a float 0 / 1 input (randint:0:2). Exact wherever the
-    mask only multiplies or adds (x * mask); any other use fails the numerical check, which feeds
-    these float masks to the original Model."""
+    """torch.randint(0, 2, shape).bool(), unmodified: a float 0 / 1 input (randint:0:2). Exact where
+    the model only multiplies by the mask (x * mask); the numerical check feeds the original Model
+    the mask as bool (Kiln's draws, .bool()), so any use where bool and float differ (mask + mask
+    is a logical or) is a mismatch, not an import."""
     how = rec.derived.get(id(t))
-    src = how[1][0] if how and how[0] == "bool" and how[1] else None
+    src = how[1][0] if how and how[0] == "bool" and how[1] and how[2] == t._version else None
     r = rec.lookup(src) if isinstance(src, torch.Tensor) else None
     if r is None or r[0][0] != "factory" or r[0][1] != "randint" or src._version != r[1]:
         raise Blocked("input", "bool input tensor",
@@ -1500,7 +1501,7 @@ def slice_dim(m, x, dim, start, end, step, what):
     if st < 1:
         m.block("missing_attr", f"{what}: negative step", f"step {st}")
     if (s, e, st) == (0, n, 1):
-        return x
+        return alias(x)
     shape[dim] = len(range(s, e, st))
     if shape[dim] == 0:
         m.block("missing_attr", f"{what}: selects no element", f"{start}:{end}:{step} of {n}")
@@ -1549,19 +1550,26 @@ def basic_index(m, x, consts):
     return cur
 
 
+def _dim_of(m, x, dim, what):
+    """dim normalized against x's rank, or Blocked."""
+    rank = len(_shape(x))
+    d = dim + rank if dim < 0 else dim
+    if not 0 <= d < rank:
+        m.block("missing_attr", f"{what}: dim out of range", f"dim {dim} of rank {rank}")
+    return d
+
+
 def narrow(m, args, kwargs, what):
     first = args[0] if args else kwargs.get("input")
     if isinstance(first, Unknown) or _shape(first) is None:
         return Unknown(m.shape_of(m.node))
     b = Sig("input, dim, start, length").bind(args, kwargs, what)
     x = b["input"]
-    dim, start = int(_c(b, "dim", what)), int(_c(b, "start", what))
+    dim, start = _dim_of(m, x, int(_c(b, "dim", what)), what), int(_c(b, "start", what))
     length = int(_c(b, "length", what))
-    rank = len(_shape(x))
-    dim = dim + rank if dim < 0 else dim
     n = _shape(x)[dim]
     start = start + n if start < 0 else start
-    if not (0 <= dim < rank and 0 <= start and length >= 0 and start + length <= n):
+    if not (0 <= start and length >= 0 and start + length <= n):
         m.block("missing_attr", "narrow out of range", f"dim {dim} start {start} length {length}")
     return slice_dim(m, x, dim, start, start + length, 1, "narrow")
 
@@ -1572,10 +1580,8 @@ def select(m, args, kwargs, what):
         return Unknown(m.shape_of(m.node))
     b = Sig("input, dim, index").bind(args, kwargs, what)
     x = b["input"]
-    dim, i = int(_c(b, "dim", what)), int(_c(b, "index", what))
-    rank = len(_shape(x))
-    dim = dim + rank if dim < 0 else dim
-    n = _shape(x)[dim] if 0 <= dim < rank else 0
+    dim, i = _dim_of(m, x, int(_c(b, "dim", what)), what), int(_c(b, "index", what))
+    n = _shape(x)[dim]
     i = i + n if i < 0 else i
     if not 0 <= i < n:
         m.block("missing_attr", "select out of range", f"dim {dim} index {i}")
@@ -1584,10 +1590,6 @@ def select(m, args, kwargs, what):
 
 
 def split_parts(m, x, dim, sizes, what):
-    rank = len(_shape(x))
-    dim = dim + rank if dim < 0 else dim
-    if not 0 <= dim < rank:
-        m.block("missing_attr", f"{what}: dim out of range", f"dim {dim}")
     parts, at = [], 0
     for k in sizes:
         parts.append(slice_dim(m, x, dim, at, at + k, 1, what))
@@ -1602,7 +1604,7 @@ def split(m, args, kwargs, what):
         return Unknown(None)
     b = Sig("input, split_size_or_sections, dim=0").bind(args, kwargs, what)
     x, how = b["input"], _const(b["split_size_or_sections"], what)
-    dim = int(_c(b, "dim", what))
+    dim = _dim_of(m, x, int(_c(b, "dim", what)), what)
     n = _shape(x)[dim]
     if isinstance(how, int):
         if how < 1:
@@ -1621,7 +1623,7 @@ def chunk(m, args, kwargs, what):
         return Unknown(None)
     b = Sig("input, chunks, dim=0").bind(args, kwargs, what)
     x, chunks = b["input"], int(_c(b, "chunks", what))
-    dim = int(_c(b, "dim", what))
+    dim = _dim_of(m, x, int(_c(b, "dim", what)), what)
     n = _shape(x)[dim]
     if chunks < 1:
         m.block("missing_attr", f"{what}: chunks < 1", str(chunks))
@@ -1660,6 +1662,8 @@ def stack_fn(m, args, kwargs, what):
     rank = len(_shape(ts[0])) + 1
     dim = int(_c(b, "dim", what))
     dim = dim + rank if dim < 0 else dim
+    if not 0 <= dim < rank:
+        m.block("missing_attr", f"{what}: dim out of range", f"dim {dim} of rank {rank}")
     parts = []
     for t in ts:
         shape = list(_shape(t))
@@ -2561,7 +2565,7 @@ def spec_peak_bytes(spec, shapes):
     for i, op in enumerate(ops):
         for a in op["args"]:
             last[a] = i
-    size = {op["out"]: math.prod(shapes.get(op["out"]) or [0]) *
+    size = {op["out"]: (math.prod(shapes[op["out"]]) if shapes.get(op["out"]) is not None else 0) *
             (8 if op["op"] in ("argmax", "argmin") else 4) for op in ops}
     live = sum(math.prod(d["shape"]) * 4 for d in spec["inputs"] + spec["params"])
     peak = live
@@ -2731,8 +2735,10 @@ def map_problem(prob, conf):
     if not tensor_items:
         raise Blocked("format", "get_inputs() returns no tensor")
     gm, env, tensor_names, meta_errors = trace(model, items, [list(x.shape) for x in tensor_items])
-    input_rewrites = []
+    input_rewrites, bool_inputs = [], set()
     for i, (name, item) in enumerate(zip(tensor_names, tensor_items)):
+        if item.dtype == torch.bool:
+            bool_inputs.add(name)
         try:
             decl = input_init(item, irec, f"input {i} ('{name}')")
         except Blocked as b:
@@ -2797,7 +2803,8 @@ def map_problem(prob, conf):
     res["blas_gflop"] = blas_gflop(spec, dict(shapes_by_value))
     res["shapes"] = {"inputs": [d["shape"] for d in inputs],
                      "outputs": [shapes_by_value.get(o) for o in outs]}
-    state = {"spec": spec, "ns": ns, "init_items": init_items, "items": items, "gm": gm,
+    state = {"bool_inputs": bool_inputs,
+             "spec": spec, "ns": ns, "init_items": init_items, "items": items, "gm": gm,
              "tensor_names": tensor_names, "param_paths": m.param_paths,
              "const_params": m.const_params, "index": m.index_values}
     return state, res
@@ -2879,7 +2886,9 @@ def check_problem(state, res, conf, tmp):
             if d["name"] in real:
                 real[d["name"]].data.copy_(v)
         by_name = dict(zip([d["name"] for d in spec["inputs"]], inputs))
-        tensors = [by_name[n] for n in state["tensor_names"]]
+        # bool masks were drawn by Kiln as float 0 / 1 (bool_mask_init): bool again for PyTorch
+        tensors = [by_name[n].bool() if n in state["bool_inputs"] else by_name[n]
+                   for n in state["tensor_names"]]
         outs = {}
         t0 = time.perf_counter()
         for who, fn in (("Model", lambda: model(*_model_args(state, tensors))),

@@ -99,25 +99,25 @@ class MainRun(unittest.TestCase):
 
     def test_exit_status_progress_and_summary(self):
         self.assertEqual(self.proc.returncode, 0, self.proc.stderr[-2000:])
-        self.assertRegex(self.proc.stderr, r"\[ *1/23\] ")  # progress lines on stderr
+        self.assertRegex(self.proc.stderr, r"\[ *1/25\] ")  # progress lines on stderr
         s = self.report["summary"]
         self.assertEqual(s["1"]["problems"], 10)
-        self.assertEqual(s["2"]["problems"], 11)
+        self.assertEqual(s["2"]["problems"], 13)
         self.assertEqual((s["3"]["problems"], s["3"]["rejected"]), (1, 1))
         self.assertEqual((s["4"]["problems"], s["4"]["rejected"]), (1, 1))
         self.assertEqual((s["1"]["imported"], s["1"]["degenerate"], s["1"]["rejected"]),
                          (2, 2, 6))
-        self.assertEqual((s["2"]["imported"], s["2"]["rejected"]), (4, 7))
+        self.assertEqual((s["2"]["imported"], s["2"]["rejected"]), (5, 8))
         self.assertIn("level  problems  imported", self.proc.stdout)
 
     def test_every_import_passed_the_check_and_shapes_only(self):
         imported = [p for p in self.report["problems"] if p["status"] == "imported"]
-        self.assertEqual(len(imported), 6)
+        self.assertEqual(len(imported), 7)
         for p in imported:
             self.assertEqual(p["check"], "ok", p["name"])
             self.assertTrue(os.path.isfile(p["out"]), p["name"])
         v = self.report["shapes_only_validate"]
-        self.assertEqual((v["exit"], v["tasks"]), (0, 6))
+        self.assertEqual((v["exit"], v["tasks"]), (0, 7))
         rc = subprocess.run([KILN, "tasks", "validate", "--shapes-only", self.out],
                             capture_output=True, text=True)
         self.assertEqual(rc.returncode, 0, rc.stdout + rc.stderr)
@@ -266,6 +266,21 @@ class MainRun(unittest.TestCase):
         self.assertEqual([len(o["args"]) for o in cats], [2, 3, 3, 3])  # stack, rows, cols, out
         self.assertEqual([o["attrs"]["dim"] for o in cats], [1, 1, -1, 1])
         self.assertEqual(self.p["functions_cat_slice"]["check"], "ok")
+
+    def test_einsum_flip_zeros_like_and_a_bool_mask(self):
+        spec = self.spec("functions_einsum_flip_mask")
+        # y[:, :1] only gives zeros_like its shape: pruned
+        self.assertEqual(ops_of(spec), ["mul", "matmul", "flip", "cat", "cumsum"])
+        self.assertEqual([d["init"] for d in spec["inputs"]], ["normal", "randint:0:2"])
+        self.assertEqual({d["init"] for d in spec["params"]}, {"normal", "zeros"})
+        p = self.p["functions_einsum_flip_mask"]
+        self.assertIn("einsum bij,jk->bik -> matmul", p["rewrites"])
+        self.assertIn("bool mask input -> float 0 / 1 input", p["rewrites"])
+        self.assertEqual(p["check"], "ok")
+
+    def test_a_mask_used_as_bool_fails_the_check(self):
+        keys, bl = self.blockers("reject_bool_mask_or")
+        self.assertEqual(keys, {("check", "numerical mismatch")})
 
     def test_missing_attributes(self):
         keys, bl = self.blockers("reject_missing_attr")
