@@ -1657,23 +1657,22 @@ def cat_fn(m, args, kwargs, what):
 def stack_fn(m, args, kwargs, what):
     b = Sig("tensors, dim=0").bind(args, kwargs, what)
     ts = list(b["tensors"]) if isinstance(b["tensors"], (list, tuple)) else None
-    if not ts or any(_shape(t) is None for t in ts):
+    out = m.shape_of(m.node)
+    if not ts or out is None:
         m.block("missing_attr", f"{what}: not a list of tensors of known shape")
-    rank = len(_shape(ts[0])) + 1
+    rank = len(out)
     dim = int(_c(b, "dim", what))
     dim = dim + rank if dim < 0 else dim
     if not 0 <= dim < rank:
         m.block("missing_attr", f"{what}: dim out of range", f"dim {dim} of rank {rank}")
-    parts = []
-    for t in ts:
-        shape = list(_shape(t))
-        shape.insert(dim, 1)
-        r = m.emit("reshape", [t], {"shape": shape}, shape=shape)
-        parts.append(r)
+    # torch.stack needs equal shapes: each part is the result without its `dim`
+    part = out[:dim] + out[dim + 1:]
+    shape = part[:dim] + [1] + part[dim:]
+    parts = [m.emit("reshape", [t], {"shape": shape}, shape=shape) for t in ts]
     m.rewrite("stack -> reshape, cat")
     if len(parts) == 1:
         return parts[0]
-    return m.emit("cat", parts, {"dim": dim}, shape=m.shape_of(m.node))
+    return m.emit("cat", parts, {"dim": dim}, shape=out)
 
 
 def _show_index(e):
@@ -2435,6 +2434,8 @@ class Tracer(fx.Tracer):
                         if v is None:
                             raise LookupError("an argument has no meta value")
                         return v
+                    if isinstance(a, torch.device):  # x.to(h.device): stay on meta
+                        return torch.device("meta")
                     return _to_meta(a)
                 margs = fx.node.map_aggregate(args, unwrap)
                 mkwargs = fx.node.map_aggregate(kwargs, unwrap)
