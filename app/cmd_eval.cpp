@@ -28,7 +28,9 @@ int cmd_eval(const common_args& common, const eval_args& args) {
     }
     policies.push_back(*p);
   }
-  auto set = load_tasks(args.suites);
+  check_limits limits;
+  limits.max_ops = args.max_ops;
+  auto set = load_tasks(args.suites, limits);
   for (const auto& e : set.errors) spdlog::error("{}", e.message);
   if (set.tasks.empty()) {
     spdlog::error("no tasks to evaluate");

@@ -57,7 +57,10 @@ expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args
     if (!p) return error{cfg.origin + ": key 'eval.policies': " + p.message()};
     policies.push_back(*p);
   }
-  auto set = load_tasks(cfg.eval_suites);
+  check_limits limits;
+  limits.memory_budget_bytes = cfg.memory_budget_mib << 20;
+  limits.max_ops = cfg.max_ops;
+  auto set = load_tasks(cfg.eval_suites, limits);
   for (const auto& e : set.errors) spdlog::error("{}", e.message);
   if (cfg.eval_max_tasks > 0 && static_cast<int64_t>(set.tasks.size()) > cfg.eval_max_tasks)
     set.tasks.resize(static_cast<std::size_t>(cfg.eval_max_tasks));
@@ -127,6 +130,7 @@ int cmd_run(const common_args& common, const run_args& args) {
 
   check_limits limits;
   limits.memory_budget_bytes = cfg->memory_budget_mib << 20;
+  limits.max_ops = cfg->max_ops;
   auto set = load_tasks(cfg->suites, limits);
   for (const auto& e : set.errors) spdlog::error("{}", e.message);
   if (cfg->max_tasks > 0 && static_cast<int64_t>(set.tasks.size()) > cfg->max_tasks)

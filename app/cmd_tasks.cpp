@@ -21,6 +21,7 @@ int cmd_tasks_validate(const common_args& common, const tasks_validate_args& arg
   configure_threads(common.threads);
   check_limits limits;
   limits.memory_budget_bytes = args.memory_budget_mib << 20;
+  limits.max_ops = args.max_ops;
   auto set = load_tasks(args.paths, limits);
   for (const auto& e : set.errors) spdlog::error("{}", e.message);
 

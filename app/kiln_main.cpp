@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
   val->add_option("--max-ms", validate.max_ms,
                   "fail tasks whose eager time is above this (0 = off)");
   val->add_flag("--shapes-only", validate.shapes_only, "parse and check shapes only; run nothing");
+  val->add_option("--max-ops", validate.max_ops, "longest task (ops) accepted")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
   val->add_option("--digest", validate.digest,
                   "JSON rows also carry digests of params, inputs and outputs (N samples per "
                   "output) for tools/torch_baselines.py's fidelity check")
@@ -71,6 +74,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   ev->add_option("--parallel", eval.parallel, "tasks in flight")->capture_default_str();
   ev->add_option("--max-tasks", eval.max_tasks, "evaluate only the first N tasks (0 = all)");
+  ev->add_option("--max-ops", eval.max_ops, "longest task (ops) accepted")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
   ev->add_option("--baselines", eval.baselines,
                  "torch.compile baselines file (tools/torch_baselines.py): compile metrics");
   ev->add_option("--remote", eval.remote,

@@ -14,6 +14,7 @@ expected<run_config> read_run_config(config_reader& r) {
   c.suites = r.paths("tasks.suites", {});
   c.max_tasks = r.integer("tasks.max_tasks", 0, 0);
   c.memory_budget_mib = r.integer("tasks.memory_budget_mib", c.memory_budget_mib, 1);
+  c.max_ops = static_cast<int>(r.integer("tasks.max_ops", c.max_ops, 1, 65536));
   c.threads = static_cast<int>(r.integer("system.threads", 0, 0, 4096));
   c.timing_runs = static_cast<int>(r.integer("validate.timing_runs", 3, 1, 1000));
   c.degeneracy_seeds = static_cast<int>(r.integer("validate.degeneracy_seeds", 3, 2, 100));

@@ -2769,9 +2769,9 @@ def map_problem(prob, conf):
     if blockers:
         raise BlockedMany(blockers, res)
     ops, needed = prune(m.ops, outs)
-    if len(ops) > KILN_MAX_OPS:
-        raise Blocked("limit", f"more than {KILN_MAX_OPS} ops",
-                      f"{len(ops)} ops (data/task_check.hpp check_limits::max_ops)")
+    if len(ops) > conf["max_ops"]:
+        raise Blocked("limit", f"more than {conf['max_ops']} ops",
+                      f"{len(ops)} ops (--max-ops; kiln's default: 256)")
     for p in m.params:  # bias_uniform needs its weight declared
         if p["name"] in needed and p.get("of"):
             needed.add(p["of"])
@@ -2822,10 +2822,10 @@ def _sha1(text):
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
-def kiln_validate(kiln, threads, path, rows_path):
+def kiln_validate(kiln, threads, path, rows_path, max_ops):
     cmd = [kiln, "--threads", str(threads), "--log-level", "warn", "tasks", "validate",
            "--device", "cpu", "--json", rows_path, "--digest", str(DIGEST_SAMPLES),
-           "--timing-runs", "1", path]
+           "--timing-runs", "1", "--max-ops", str(max_ops), path]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True)
     except OSError as e:
@@ -2844,7 +2844,8 @@ def check_problem(state, res, conf, tmp):
         f.write(to_toml(spec))
     rows_path = os.path.join(tmp, "rows.jsonl")
     t0 = time.perf_counter()
-    rc, rows, said = kiln_validate(conf["kiln"], conf["threads"], path, rows_path)
+    rc, rows, said = kiln_validate(conf["kiln"], conf["threads"], path, rows_path,
+                                   conf["max_ops"])
     res["kiln_s"] = round(time.perf_counter() - t0, 2)
     row = next((r for r in rows if r.get("name") == spec["name"]), None)
     if rc not in (0, 1):
@@ -3113,6 +3114,8 @@ def parse_args(argv):
                    help="level for problems whose path or record does not say")
     p.add_argument("--max-mib", type=float, default=2048, metavar="M",
                    help="largest task (all tensors) checked here; larger: too_large")
+    p.add_argument("--max-ops", type=int, default=KILN_MAX_OPS, metavar="N",
+                   help="longest task written (kiln's limit, tasks.max_ops / --max-ops: 256)")
     p.add_argument("--max-gflop", type=float, default=16.0, metavar="G",
                    help="largest linear/matmul/bmm work per forward checked here (this "
                         "LibTorch's reference BLAS runs a few GFLOP/s); larger: too_large")
@@ -3149,7 +3152,7 @@ def main(argv):
     assign_names(probs)
     conf = {"scale_batch": args.scale_batch, "kiln": args.kiln, "threads": args.threads,
             "allow_degenerate": args.allow_degenerate, "max_mib": args.max_mib,
-            "max_gflop": args.max_gflop,
+            "max_gflop": args.max_gflop, "max_ops": args.max_ops,
             "timeout": args.timeout, "no_check": args.no_check, "jobs": args.jobs}
     if args.out:
         try:
@@ -3193,7 +3196,8 @@ def main(argv):
     shapes_check = None
     if written and args.kiln:
         p = subprocess.run([args.kiln, "--log-level", "warn", "tasks", "validate",
-                            "--shapes-only"] + written, capture_output=True, text=True)
+                            "--shapes-only", "--max-ops", str(args.max_ops)] + written,
+                           capture_output=True, text=True)
         shapes_check = {"exit": p.returncode, "tasks": len(written),
                         "tail": (p.stdout + p.stderr).strip().splitlines()[-1:]}
     print_summary(levels, missing, shapes_check)

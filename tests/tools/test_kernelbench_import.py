@@ -366,6 +366,19 @@ class SmallRuns(unittest.TestCase):
         self.assertIn("--no-such-option", bad.stderr)
 
     @need_kiln
+    def test_max_ops_admits_a_longer_task_that_kiln_accepts_with_the_same_limit(self):
+        out = os.path.join(self.tmp, "out")
+        r = self.report(os.path.join(DATA, "level3", "reject_limit.py"), "--out", out,
+                        "--kiln", KILN, "--max-ops", "400")
+        p = r["problems"][0]
+        self.assertEqual((p["status"], p["check"]), ("imported", "ok"), p["blockers"])
+        self.assertEqual(r["shapes_only_validate"]["exit"], 0)
+        plain = subprocess.run([KILN, "tasks", "validate", "--shapes-only", p["out"]],
+                               capture_output=True, text=True)
+        self.assertEqual(plain.returncode, 1)  # kiln's default limit, 256 ops
+        self.assertIn("256", plain.stdout + plain.stderr)
+
+    @need_kiln
     def test_allow_degenerate_writes_and_flags(self):
         out = os.path.join(self.tmp, "out")
         r = self.report(os.path.join(DATA, "level1", "relu_uniform.py"), "--out", out,
@@ -448,7 +461,7 @@ class SmallRuns(unittest.TestCase):
 @unittest.skipIf(ki is None, f"needs torch: {TORCH_ERROR}")
 class InProcess(unittest.TestCase):
     CONF = {"scale_batch": 1.0, "kiln": KILN, "threads": 2, "allow_degenerate": False,
-            "max_mib": 2048, "max_gflop": 16, "timeout": 600, "no_check": False, "jobs": 1}
+            "max_mib": 2048, "max_gflop": 16, "max_ops": 256, "timeout": 600, "no_check": False, "jobs": 1}
 
     def problem(self, rel):
         probs = ki.load_problems([os.path.join(DATA, rel)], None)
