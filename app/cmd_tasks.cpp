@@ -100,6 +100,7 @@ int cmd_tasks_import(const std::vector<std::string>& args) {
     argv.push_back("--kiln");
     argv.push_back(exe.string());
   }
+  setenv("KILN_IMPORT_PROG", "kiln tasks import", 1); // its usage and errors name the command
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);

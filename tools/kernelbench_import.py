@@ -3092,7 +3092,7 @@ def summarize(results):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        prog="kernelbench_import.py",
+        prog=os.environ.get("KILN_IMPORT_PROG", "kernelbench_import.py"), allow_abbrev=False,
         description="Import KernelBench problems as Kiln task spec v1 files (exactly or not "
                     "at all).", epilog="See the module docstring for the method.")
     p.add_argument("paths", nargs="+", metavar="PATH",
