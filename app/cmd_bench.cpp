@@ -6,6 +6,7 @@
 #include "data/task_parse.hpp"
 #include "data/task_set.hpp"
 #include "gpu_pool/executor_client.hpp"
+#include "gpu_pool/timing.hpp"
 #ifdef KILN_HAVE_CUDA
 #include "gpu_pool/cuda_compiler.hpp"
 #endif
@@ -17,7 +18,6 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <chrono>
-#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -151,16 +151,6 @@ extern "C" int kiln_cuda_run(const void* const* in, const void* const*, void* co
          ns + R"(ll);
   return 0;
 })";
-}
-
-// Sample coefficient of variation; 0 for fewer than two values.
-double cv_of(const std::vector<double>& v) {
-  if (v.size() < 2) return 0.0;
-  double mean = 0, var = 0;
-  for (double x : v) mean += x;
-  mean /= static_cast<double>(v.size());
-  for (double x : v) var += (x - mean) * (x - mean);
-  return std::sqrt(var / static_cast<double>(v.size() - 1)) / mean;
 }
 
 nlohmann::json bench_boundary(caf::actor_system& sys, const pool_config& cfg) {

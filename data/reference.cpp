@@ -304,6 +304,7 @@ expected<std::vector<at::Tensor>> run_reference(const task& t,
   double rms_eps = finfo_eps(t.type);
   // Intermediates are freed after their last use: the peak that check_task budgets (peak_bytes).
   const auto last = last_uses(t);
+  std::vector<std::vector<std::size_t>> dies_after(t.ops.size());
   for (std::size_t i = 0; i < t.ops.size(); ++i) {
     const auto& op = t.ops[i];
     const op_info* info = find_op(op.op);
@@ -321,8 +322,8 @@ expected<std::vector<at::Tensor>> run_reference(const task& t,
                    op.out + "'): reference failed: " + what};
     }
     args.clear();
-    for (std::size_t k = 0; k <= i; ++k)
-      if (last[k] == i) values[k] = at::Tensor();
+    if (last[i] < t.ops.size()) dies_after[last[i]].push_back(i);
+    for (auto k : dies_after[i]) values[k] = at::Tensor();
   }
   std::vector<at::Tensor> out;
   for (const auto& name : t.outputs) {

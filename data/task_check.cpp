@@ -80,16 +80,18 @@ int64_t peak_bytes(const task& t) {
       if (!bytes(d.shape, element_size(t.type), b) || __builtin_add_overflow(live, b, &live))
         return INT64_MAX;
   const auto last = last_uses(t);
-  std::vector<int64_t> size(t.ops.size(), 0);
+  const std::size_t n = t.ops.size();
+  std::vector<int64_t> freed(n, 0); // bytes whose last use is op i
   int64_t peak = live;
-  for (std::size_t i = 0; i < t.ops.size(); ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     const auto& op = t.ops[i];
-    if (!bytes(op.shape, op.is_index ? 8 : element_size(t.type), size[i]) ||
-        __builtin_add_overflow(live, size[i], &live))
+    int64_t size = 0;
+    if (!bytes(op.shape, op.is_index ? 8 : element_size(t.type), size) ||
+        __builtin_add_overflow(live, size, &live))
       return INT64_MAX;
     peak = std::max(peak, live); // the result and every argument are alive together
-    for (std::size_t k = 0; k <= i; ++k)
-      if (last[k] == i) live -= size[k];
+    if (last[i] < n) freed[last[i]] += size;
+    live -= freed[i];
   }
   return peak;
 }

@@ -801,8 +801,9 @@ class Mapper:
         self.rewrite(f"constant {init} tensor made in forward -> param {init}")
         return T(name, list(t.shape))
 
-    def emit(self, op, args, attrs=None, shape=None, index=False):
-        """One Kiln op; its result T. Unknown in, Unknown out."""
+    def emit(self, op, args, attrs=None, shape=None, index=False, view=False):
+        """One Kiln op; its result T. Unknown in, Unknown out. view: PyTorch's result shares its
+        input's storage (reshape, transpose, slice...), so an in-place op on it is refused."""
         ts = [self.tensor(a) for a in args]
         if any(isinstance(a, Unknown) for a in ts):
             return Unknown(shape)
@@ -816,7 +817,7 @@ class Mapper:
         self.ops.append(entry)
         if index:
             self.index_values.add(name)
-        return T(name, shape, index=index)
+        return T(name, shape, index=index, view=view)
 
     # ---- the graph
     def run(self, placeholders):
@@ -1309,10 +1310,7 @@ def reshape_to(m, x, what):
         m.block("missing_attr", f"{what}: unknown result shape")
     if list(shape) == list(_shape(x) or [None]):
         return alias(x)
-    out = m.emit("reshape", [x], {"shape": [int(s) for s in shape]}, shape=shape)
-    if isinstance(out, T):
-        out.view = True
-    return out
+    return m.emit("reshape", [x], {"shape": [int(s) for s in shape]}, shape=shape, view=True)
 
 
 def alias(x):
@@ -1334,10 +1332,7 @@ def view(m, args, kwargs, what):
     if what in ("view", "reshape") and shape:
         if shape == list(_shape(x) or []):
             return alias(x)
-        out = m.emit("reshape", [x], {"shape": shape}, shape=m.shape_of(m.node))
-        if isinstance(out, T):
-            out.view = True
-        return out
+        return m.emit("reshape", [x], {"shape": shape}, shape=m.shape_of(m.node), view=True)
     return reshape_to(m, x, what)
 
 
@@ -1360,22 +1355,16 @@ def squeeze(m, args, kwargs, what):
 
 def flatten(m, args, kwargs, what):
     b = Sig("input, start_dim=0, end_dim=-1").bind(args, kwargs, what)
-    out = m.emit("flatten", [b["input"]], {"start_dim": int(_c(b, "start_dim", what)),
+    return m.emit("flatten", [b["input"]], {"start_dim": int(_c(b, "start_dim", what)),
                                             "end_dim": int(_c(b, "end_dim", what))},
-                 shape=m.shape_of(m.node))
-    if isinstance(out, T):
-        out.view = True
-    return out
+                 shape=m.shape_of(m.node), view=True)
 
 
 def transpose(m, args, kwargs, what):
     b = Sig("input, dim0, dim1").bind(args, kwargs, what)
-    out = m.emit("transpose", [b["input"]], {"dim0": int(_c(b, "dim0", what)),
+    return m.emit("transpose", [b["input"]], {"dim0": int(_c(b, "dim0", what)),
                                               "dim1": int(_c(b, "dim1", what))},
-                 shape=m.shape_of(m.node))
-    if isinstance(out, T):
-        out.view = True
-    return out
+                 shape=m.shape_of(m.node), view=True)
 
 
 def t_method(m, args, kwargs, what):
@@ -1383,10 +1372,8 @@ def t_method(m, args, kwargs, what):
     rank = len(_shape(b["input"]) or [])
     if rank < 2:
         return alias(b["input"])
-    out = m.emit("transpose", [b["input"]], {"dim0": 0, "dim1": 1}, shape=m.shape_of(m.node))
-    if isinstance(out, T):
-        out.view = True
-    return out
+    return m.emit("transpose", [b["input"]], {"dim0": 0, "dim1": 1}, shape=m.shape_of(m.node),
+                  view=True)
 
 
 def permute(m, args, kwargs, what):
@@ -1395,10 +1382,7 @@ def permute(m, args, kwargs, what):
     dims = []
     for r in rest:
         dims += _ints(_const(r, "permute dims"))
-    out = m.emit("permute", [x], {"dims": dims}, shape=m.shape_of(m.node))
-    if isinstance(out, T):
-        out.view = True
-    return out
+    return m.emit("permute", [x], {"dims": dims}, shape=m.shape_of(m.node), view=True)
 
 
 def identity_method(m, args, kwargs, what):
@@ -1447,10 +1431,7 @@ def getattr_fn(m, args, kwargs, what):
         m.rewrite("x.T -> " + ("transpose(0, 1)" if rank == 2 else "permute(reversed dims)"))
         op, attrs = (("transpose", {"dim0": 0, "dim1": 1}) if rank == 2 else
                      ("permute", {"dims": list(range(rank))[::-1]}))
-        out = m.emit(op, [x], attrs, shape=m.shape_of(m.node))
-        if isinstance(out, T):
-            out.view = True
-        return out
+        return m.emit(op, [x], attrs, shape=m.shape_of(m.node), view=True)
     if attr == "mT":
         m.rewrite("x.mT -> transpose(-2, -1)")
         return m.emit("transpose", [x], {"dim0": -2, "dim1": -1}, shape=m.shape_of(m.node))
@@ -1490,7 +1471,7 @@ def getitem(m, args, kwargs, what):
 
 def slice_dim(m, x, dim, start, end, step, what):
     """x sliced on one dim with Python's bounds (normalized here); x itself when it takes all."""
-    if isinstance(x, Unknown) or _shape(x) is None:
+    if _shapeless(x):
         return Unknown(None)  # its blocker is recorded already
     shape = list(_shape(x))
     n = shape[dim]
@@ -1505,10 +1486,8 @@ def slice_dim(m, x, dim, start, end, step, what):
     shape[dim] = len(range(s, e, st))
     if shape[dim] == 0:
         m.block("missing_attr", f"{what}: selects no element", f"{start}:{end}:{step} of {n}")
-    out = m.emit("slice", [x], {"dim": dim, "start": s, "end": e, "step": st}, shape=shape)
-    if isinstance(out, T):
-        out.view = True  # an in-place op on it would write its source in PyTorch
-    return out
+    return m.emit("slice", [x], {"dim": dim, "start": s, "end": e, "step": st}, shape=shape,
+                  view=True)
 
 
 def basic_index(m, x, consts):
@@ -1550,6 +1529,10 @@ def basic_index(m, x, consts):
     return cur
 
 
+def _shapeless(x):
+    return isinstance(x, Unknown) or _shape(x) is None
+
+
 def _dim_of(m, x, dim, what):
     """dim normalized against x's rank, or Blocked."""
     rank = len(_shape(x))
@@ -1560,10 +1543,9 @@ def _dim_of(m, x, dim, what):
 
 
 def narrow(m, args, kwargs, what):
-    first = args[0] if args else kwargs.get("input")
-    if isinstance(first, Unknown) or _shape(first) is None:
-        return Unknown(m.shape_of(m.node))
     b = Sig("input, dim, start, length").bind(args, kwargs, what)
+    if _shapeless(b["input"]):
+        return Unknown(m.shape_of(m.node))  # its blocker is recorded already
     x = b["input"]
     dim, start = _dim_of(m, x, int(_c(b, "dim", what)), what), int(_c(b, "start", what))
     length = int(_c(b, "length", what))
@@ -1575,10 +1557,9 @@ def narrow(m, args, kwargs, what):
 
 
 def select(m, args, kwargs, what):
-    first = args[0] if args else kwargs.get("input")
-    if isinstance(first, Unknown) or _shape(first) is None:
-        return Unknown(m.shape_of(m.node))
     b = Sig("input, dim, index").bind(args, kwargs, what)
+    if _shapeless(b["input"]):
+        return Unknown(m.shape_of(m.node))  # its blocker is recorded already
     x = b["input"]
     dim, i = _dim_of(m, x, int(_c(b, "dim", what)), what), int(_c(b, "index", what))
     n = _shape(x)[dim]
@@ -1599,10 +1580,9 @@ def split_parts(m, x, dim, sizes, what):
 
 
 def split(m, args, kwargs, what):
-    first = args[0] if args else kwargs.get("input")
-    if isinstance(first, Unknown) or _shape(first) is None:
-        return Unknown(None)
     b = Sig("input, split_size_or_sections, dim=0").bind(args, kwargs, what)
+    if _shapeless(b["input"]):
+        return Unknown(None)  # its blocker is recorded already
     x, how = b["input"], _const(b["split_size_or_sections"], what)
     dim = _dim_of(m, x, int(_c(b, "dim", what)), what)
     n = _shape(x)[dim]
@@ -1618,10 +1598,9 @@ def split(m, args, kwargs, what):
 
 
 def chunk(m, args, kwargs, what):
-    first = args[0] if args else kwargs.get("input")
-    if isinstance(first, Unknown) or _shape(first) is None:
-        return Unknown(None)
     b = Sig("input, chunks, dim=0").bind(args, kwargs, what)
+    if _shapeless(b["input"]):
+        return Unknown(None)  # its blocker is recorded already
     x, chunks = b["input"], int(_c(b, "chunks", what))
     dim = _dim_of(m, x, int(_c(b, "dim", what)), what)
     n = _shape(x)[dim]
@@ -2078,11 +2057,8 @@ def mod_layer_norm(m, mod, path, args, kwargs):
 
 def mod_flatten(m, mod, path, args, kwargs):
     x = _mod_input(m, args, kwargs, "Flatten")
-    out = m.emit("flatten", [x], {"start_dim": mod.start_dim, "end_dim": mod.end_dim},
-                 shape=m.shape_of(m.node))
-    if isinstance(out, T):
-        out.view = True
-    return out
+    return m.emit("flatten", [x], {"start_dim": mod.start_dim, "end_dim": mod.end_dim},
+                 shape=m.shape_of(m.node), view=True)
 
 
 def mod_unflatten(m, mod, path, args, kwargs):
