@@ -4,11 +4,13 @@
 // Attack classes: docs/DESIGN.md, "Threat model".
 #include "tests/gpu_pool/executor_fixture.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cstdlib>
 #include <dirent.h>
 #include <doctest/doctest.h>
 #include <fstream>
+#include <limits>
 #include <netinet/in.h>
 #include <random>
 #include <sys/socket.h>
@@ -187,8 +189,16 @@ std::string read_all(const std::string& path) {
 
 TEST_CASE("result cache by content: every call sees new content, so no cache ever hits") {
   auto& c = shared_client();
-  auto honest = run_logged(c, matmul_job(job_kind::evaluate, compile(matmul_kernel())));
-  REQUIRE_MESSAGE(honest.kind == outcome_kind::correct, describe(honest));
+  const auto honest_kernel = compile(matmul_kernel());
+  // The honest kernel's time, re-measured beside each cache kernel: other tests share the cores,
+  // and load only ever adds time, so the fastest honest median is the fair yardstick.
+  double honest_ms = std::numeric_limits<double>::infinity();
+  auto time_honest = [&] {
+    auto honest = run_logged(c, matmul_job(job_kind::evaluate, honest_kernel));
+    REQUIRE_MESSAGE(honest.kind == outcome_kind::correct, describe(honest));
+    honest_ms = std::min(honest_ms, honest.time->median_ms);
+  };
+  time_honest();
   // Full-content hash and a strided-sample hash; on a hit the remembered output is copied.
   const std::string globals = R"(
 static uint64_t keys[64]; static float* vals[64]; static int used;
@@ -209,11 +219,12 @@ static uint64_t key_of(const float* a, int stride) {
                       "memcpy(vals[used++], y, N * N * 4); }"));
     auto o = run_logged(c, matmul_job(job_kind::evaluate, cache));
     REQUIRE_MESSAGE(o.kind == outcome_kind::correct, describe(o));
+    time_honest();
     // A hit is ~100x faster than computing; never hitting, the cache kernel is as slow as honest.
-    CHECK_MESSAGE(o.time->median_ms > 0.6 * honest.time->median_ms, "cache kernel ",
-                  o.time->median_ms, " ms vs honest ", honest.time->median_ms);
-    MESSAGE("stride ", stride, ": cache kernel ", o.time->median_ms, " ms, honest ",
-            honest.time->median_ms, " ms, ", o.time->checked, " trials checked");
+    CHECK_MESSAGE(o.time->median_ms > 0.6 * honest_ms, "cache kernel ", o.time->median_ms,
+                  " ms vs honest ", honest_ms);
+    MESSAGE("stride ", stride, ": cache kernel ", o.time->median_ms, " ms, honest ", honest_ms,
+            " ms, ", o.time->checked, " trials checked");
   }
   still_serves(c);
 }
