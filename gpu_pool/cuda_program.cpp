@@ -4,6 +4,7 @@
 // this process's device and context.
 #include "gpu_pool/cuda_program.hpp"
 
+#include "gpu_pool/cudnn_conv.hpp"
 #include "skills/kiln_cuda_abi.h"
 
 #include <cublasLt.h>
@@ -145,21 +146,12 @@ status cuda_host_open(int ordinal) {
   return ok();
 }
 
-expected<void*> cuda_import_region(const unsigned char (&handle)[64]) {
-  cudaIpcMemHandle_t h;
-  static_assert(sizeof h == 64, "cudaIpcMemHandle_t is 64 bytes");
-  std::memcpy(&h, handle, sizeof h);
-  void* p = nullptr;
-  if (auto e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess)
-    return cuda_error("cudaIpcOpenMemHandle", e);
-  return p;
-}
-
 struct cuda_executable::impl {
   launch_plan plan;
   cudaLibrary_t lib = nullptr;
   std::vector<cudaKernel_t> kernels;                 // per step; null for GEMM steps
   std::vector<std::unique_ptr<gemm_prepared>> gemms; // per step; null for kernel steps
+  std::vector<std::unique_ptr<cudnn_conv>> convs;    // per step; null but for conv steps
   std::vector<void*> scratch;
   void* shared_object = nullptr; // a free-form program: no plan, one entry point
   kiln_cuda_run_fn entry = nullptr;
@@ -218,7 +210,14 @@ expected<cuda_executable> cuda_executable::load(const std::string& cubin_path) {
     const auto& step = im.plan.steps[s];
     im.kernels.push_back(nullptr);
     im.gemms.emplace_back();
+    im.convs.emplace_back();
     std::string at = "plan step " + std::to_string(s);
+    if (step.k == plan_step::kind::conv) {
+      auto c = cudnn_conv::prepare(step.conv, int64_t{1} << 30);
+      if (!c) return error{at + ": " + c.message()};
+      im.convs.back() = std::move(*c);
+      continue;
+    }
     if (step.k == plan_step::kind::gemm) {
       auto g = prepare_gemm(step.gemm);
       if (!g) return error{at + ": " + g.message()};
@@ -278,6 +277,24 @@ status cuda_executable::run(const std::vector<const void*>& inputs,
     if (rc != 0) return error{KILN_CUDA_ENTRY_NAME " returned non-zero"};
     return ok();
   }
+  return run_plan(inputs, params, outputs, false);
+}
+
+status cuda_executable::warm_library_steps(const std::vector<const void*>& inputs,
+                                           const std::vector<const void*>& params,
+                                           const std::vector<void*>& outputs) {
+  if (impl_->entry) return ok();
+  if (std::none_of(impl_->convs.begin(), impl_->convs.end(), [](const auto& c) { return !!c; }))
+    return ok();
+  if (auto st = run_plan(inputs, params, outputs, true); !st) return st;
+  if (auto e = cudaDeviceSynchronize(); e != cudaSuccess) return cuda_error("library warm-up", e);
+  return ok();
+}
+
+status cuda_executable::run_plan(const std::vector<const void*>& inputs,
+                                 const std::vector<const void*>& params,
+                                 const std::vector<void*>& outputs, bool convs_only) {
+  auto& im = *impl_;
   const auto& p = im.plan;
   if (static_cast<int32_t>(inputs.size()) != p.num_inputs ||
       static_cast<int32_t>(params.size()) != p.num_params ||
@@ -296,6 +313,13 @@ status cuda_executable::run(const std::vector<const void*>& inputs,
   std::vector<void*> argv;
   for (std::size_t s = 0; s < p.steps.size(); ++s) {
     const auto& step = p.steps[s];
+    if (step.k == plan_step::kind::conv) {
+      const auto& c = step.conv;
+      if (auto st = im.convs[s]->run(ptr(c.x), ptr(c.w), ptr(c.y)); !st)
+        return error{"plan step " + std::to_string(s) + ": " + st.message()};
+      continue;
+    }
+    if (convs_only) continue;
     if (step.k == plan_step::kind::gemm) {
       const auto& g = step.gemm;
       const auto& gp = *im.gemms[s];

@@ -1,8 +1,9 @@
 // The cuda backend inside the kernel host (untrusted side): opens the device and the job's buffer
-// region (a CUDA IPC handle from the executor), loads a cubin with its launch plan and walks the
-// plan's steps (kernel launches, cuBLASLt GEMMs) on the legacy default stream, or a free-form
-// program's nvcc shared object; and times one call by events.
-//   IPC handle --import--> region; cubin + plan.json | .so --load--> cuda_executable
+// region (a device allocation's fd from the executor, cuda_vmm.hpp), loads a cubin with its launch
+// plan and walks the plan's steps (kernel launches, cuBLASLt GEMMs) on the legacy default stream,
+// or a free-form program's nvcc shared object; and times one call by events. Library convolutions
+// run through cuDNN (gpu_pool/cudnn_conv.hpp).
+//   region fd --import--> region; cubin + plan.json | .so --load--> cuda_executable
 //   --timed_call--> stream ms + residual ms (the executor bounds both by its own clock)
 #pragma once
 
@@ -21,9 +22,6 @@ namespace kiln {
 // sandbox (the driver opens /dev/nvidia* here).
 status cuda_host_open(int ordinal);
 
-// Maps the executor's allocation into this process (cudaIpcOpenMemHandle).
-expected<void*> cuda_import_region(const unsigned char (&handle)[64]);
-
 class cuda_executable {
 public:
   // Reads `<cubin_path>` and `<cubin_path>.plan.json`, checks the plan and that every kernel's
@@ -38,10 +36,19 @@ public:
   // Pointers are device pointers in task declaration order.
   status run(const std::vector<const void*>& inputs, const std::vector<const void*>& params,
              const std::vector<void*>& outputs);
+  // Runs the plan's library convolutions once and waits: cuDNN loads its sub-libraries and
+  // kernels on first use, which must happen before the run seccomp filter. Only trusted library
+  // code runs here (no generated kernel, no free-form entry point); the outputs it writes are
+  // poisoned again before every call.
+  status warm_library_steps(const std::vector<const void*>& inputs,
+                            const std::vector<const void*>& params,
+                            const std::vector<void*>& outputs);
 
 private:
   cuda_executable() = default;
   static expected<cuda_executable> load_shared_object(const std::string& so_path);
+  status run_plan(const std::vector<const void*>& inputs, const std::vector<const void*>& params,
+                  const std::vector<void*>& outputs, bool convs_only);
   struct impl;
   std::unique_ptr<impl> impl_;
 };

@@ -1,7 +1,6 @@
 // Runtime-API implementation of the executor's (trusted) cuda side: device facts, the context
-// the reference and the flush run in, the job's buffer region shared with the kernel host by a
-// CUDA IPC handle, and the event clock of eager baselines. Generated or free-form code never runs
-// in this process (gpu_pool/cuda_program.hpp is the kernel host's side).
+// the reference and the flush run in, and the event clock of eager baselines. Generated or
+// free-form code never runs in this process (gpu_pool/cuda_program.hpp is the kernel host's side).
 #include "gpu_pool/cuda_runtime.hpp"
 
 #include <cuda_runtime.h>
@@ -154,27 +153,6 @@ status cuda_synchronize(bool* sticky) {
   cudaGetLastError();
   if (sticky) *sticky = cudaDeviceSynchronize() != cudaSuccess;
   return cuda_error("kernel", e);
-}
-
-expected<cuda_region> cuda_alloc_shared(int64_t bytes) {
-  cuda_region r;
-  r.bytes = std::max<int64_t>(bytes, 256);
-  if (auto e = cudaMalloc(&r.ptr, static_cast<size_t>(r.bytes)); e != cudaSuccess) {
-    cudaGetLastError();
-    return cuda_error("device buffers of " + std::to_string(r.bytes) + " bytes", e);
-  }
-  cudaIpcMemHandle_t h;
-  if (auto e = cudaIpcGetMemHandle(&h, r.ptr); e != cudaSuccess) {
-    cudaFree(r.ptr);
-    return cuda_error("cudaIpcGetMemHandle", e);
-  }
-  static_assert(sizeof h == sizeof r.ipc, "cudaIpcMemHandle_t is 64 bytes");
-  std::memcpy(r.ipc, &h, sizeof h);
-  return r;
-}
-
-void cuda_free_shared(const cuda_region& r) {
-  if (r.ptr) cudaFree(r.ptr);
 }
 
 timed_fn cuda_timed(std::function<status()> call) {

@@ -1,7 +1,7 @@
 // The cuda backend's trusted side (the executor): device facts, the device context, the job's
-// buffer region shared with the kernel host (CUDA IPC), the baseline's event clock and the L2
-// flush the timing loop uses. Generated code runs in the kernel host (cuda_program.hpp).
-//   executor --cuda_alloc_shared--> region + IPC handle --> kernel host maps it
+// baseline's event clock and the L2 flush the timing loop uses (the job's region is cuda_vmm.hpp).
+// Generated code runs in the kernel host (cuda_program.hpp).
+//   executor --cuda_open_device--> context --cuda_timed / flush--> baseline times
 #pragma once
 
 #include "data/expected.hpp"
@@ -45,15 +45,6 @@ status cuda_open_device(int ordinal);
 // Waits for the whole device and reports any error. `sticky` is set when the context is damaged
 // (illegal address, launch failure): only a fresh process can use the device again.
 status cuda_synchronize(bool* sticky = nullptr);
-
-// One device allocation for a job's inputs, params and outputs, exported to the kernel host.
-struct cuda_region {
-  void* ptr = nullptr;
-  int64_t bytes = 0;
-  unsigned char ipc[64] = {}; // cudaIpcMemHandle_t
-};
-expected<cuda_region> cuda_alloc_shared(int64_t bytes);
-void cuda_free_shared(const cuda_region& r);
 
 // Device time of `call` (trusted code: the eager baseline) from events on the legacy default
 // stream, read after a whole-device synchronize.

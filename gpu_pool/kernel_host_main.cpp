@@ -1,17 +1,18 @@
 // kiln-kernel-host: the untrusted side of one job. It holds no reference, no verdict logic, no
-// nonce and no pool channel: only the job's buffers (shared memory or a CUDA IPC region), the
+// nonce and no pool channel: only the job's buffers (shared memory or a device region), the
 // kernel, and a channel to its executor on which it answers "called, here is what the call
 // reported". Started by the executor (gpu_pool/kernel_host_client.hpp) and killed after the job.
 //   start: limits -> device / host threads -> (wait) layout: map the buffers -> uid drop ->
 //          landlock -> seccomp -> reply to the layout with the sandbox's facts
 //   loop:  empty* -> load (seccomp: no more executable memory) -> call* -> EOF
-// The buffers are mapped before the sandbox (a CUDA IPC import as root, before landlock); a spare
-// host started ahead of its job waits there with its device context already made.
+// The buffers are mapped before the sandbox (a device region is imported as root, before landlock);
+// a spare host started ahead of its job waits there with its device context already made.
 #include "gpu_pool/containment.hpp"
 #include "gpu_pool/cpu_runtime.hpp"
 #include "gpu_pool/kernel_host_protocol.hpp"
 #ifdef KILN_HAVE_CUDA
 #include "gpu_pool/cuda_program.hpp"
+#include "gpu_pool/cuda_vmm.hpp"
 #endif
 
 #include <cerrno>
@@ -100,7 +101,7 @@ void cap(int resource, rlim_t value) {
 }
 
 #ifdef KILN_HAVE_CUDA
-// The GPU's device files: opened by the driver before the sandbox, mapped again by CUDA IPC.
+// The GPU's device files: opened by the driver before the sandbox.
 std::vector<std::string> nvidia_devices() {
   std::vector<std::string> out;
   if (DIR* d = opendir("/dev")) {
@@ -171,16 +172,19 @@ kh_reply apply_layout(host_state& s, const kh_command& c, int memfd, size_t got)
   if (n > kh_max_buffers || got < kh_command_bytes(n) || s.have_layout)
     return reply_to(c, kh_code::bad_command, "bad layout");
   char* base = nullptr;
+  if (memfd < 0) return reply_to(c, kh_code::bad_command, "no region");
   if (c.cuda) {
 #ifdef KILN_HAVE_CUDA
-    auto p = cuda_import_region(c.cuda_ipc);
-    if (!p) return reply_to(c, kh_code::device_error, p.message());
-    base = static_cast<char*>(*p);
+    // Mapped for the job's life: the host is killed after it, and the executor frees the memory.
+    auto r = cuda_vmm_import(memfd, static_cast<int64_t>(c.region_bytes));
+    close(memfd);
+    if (!r) return reply_to(c, kh_code::device_error, r.message());
+    base = static_cast<char*>(r->ptr);
 #else
+    close(memfd);
     return reply_to(c, kh_code::bad_command, "no cuda in this build");
 #endif
   } else {
-    if (memfd < 0) return reply_to(c, kh_code::bad_command, "no region");
     void* p = mmap(nullptr, c.region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
     close(memfd);
     if (p == MAP_FAILED) return reply_to(c, kh_code::bad_command, "mmap failed");
@@ -222,6 +226,8 @@ kh_reply load(host_state& s, const kh_command& c) {
     auto p = cuda_executable::load(path);
     if (!p) return reply_to(c, kh_code::load_failed, p.message());
     s.cuda.emplace(std::move(*p));
+    if (auto st = s.cuda->warm_library_steps(s.in, s.par, s.out); !st)
+      return reply_to(c, kh_code::load_failed, st.message());
 #endif
   }
   // From here on no memory of this process may become executable: the kernel is in.

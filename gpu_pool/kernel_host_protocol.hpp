@@ -9,11 +9,11 @@
 namespace kiln {
 
 constexpr uint32_t kh_magic = 0x484e4c4b; // "KLNH"
-constexpr uint32_t kh_version = 1;
+constexpr uint32_t kh_version = 2; // 2: the cuda region travels as a VMM fd, not an IPC handle
 
 enum class kh_op : uint32_t {
   ready = 1,  // host -> executor once, after its sandbox is in force
-  layout = 2, // where the job's buffers are (cpu: the memfd rides along as SCM_RIGHTS)
+  layout = 2, // where the job's buffers are (the memfd or device allocation's fd: SCM_RIGHTS)
   load = 3,   // load the artifact (a file name inside the host's scratch directory)
   empty = 4,  // the call path without the kernel: calibrates the protocol's own cost
   call = 5,   // call the kernel once on the buffers as they are
@@ -35,7 +35,6 @@ struct kh_command {
   // layout
   uint32_t inputs = 0, params = 0, outputs = 0, cuda = 0;
   uint64_t region_bytes = 0;
-  unsigned char cuda_ipc[64] = {}; // cudaIpcMemHandle_t of the region (cuda)
   // load
   char artifact[128] = {}; // file name inside the scratch directory; '\0'-terminated
   // layout: inputs + params + outputs entries; other commands send only the part above

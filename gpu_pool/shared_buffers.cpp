@@ -3,7 +3,7 @@
 #include "gpu_pool/shared_buffers.hpp"
 
 #ifdef KILN_HAVE_CUDA
-#include "gpu_pool/cuda_runtime.hpp"
+#include "gpu_pool/cuda_vmm.hpp"
 #endif
 
 #include <ATen/ATen.h>
@@ -99,12 +99,15 @@ shared_buffers::create(const std::vector<buffer_spec>& inputs,
     b->base_ = p;
   } else {
 #ifdef KILN_HAVE_CUDA
-    auto r = cuda_alloc_shared(b->bytes_);
+    auto r = cuda_vmm_create(b->bytes_);
     if (!r) return r.err();
     b->base_ = r->ptr;
+    b->bytes_ = r->bytes; // rounded up to the mapping granularity
+    b->memfd_ = r->fd;
+    b->cuda_handle_ = r->handle;
     b->cuda_ = true;
     lay.cuda = 1;
-    std::memcpy(lay.cuda_ipc, r->ipc, sizeof lay.cuda_ipc);
+    lay.region_bytes = static_cast<uint64_t>(b->bytes_);
 #else
     return error{"this build has no cuda backend"};
 #endif
@@ -128,17 +131,17 @@ shared_buffers::~shared_buffers() {
   in_.clear();
   par_.clear();
   out_.clear();
+#ifdef KILN_HAVE_CUDA
+  if (cuda_) {
+    cuda_vmm_region r{base_, bytes_, memfd_, cuda_handle_};
+    cuda_vmm_release(r);
+    return;
+  }
+#endif
   if (memfd_ >= 0) {
     munmap(base_, static_cast<size_t>(bytes_));
     close(memfd_);
   }
-#ifdef KILN_HAVE_CUDA
-  if (cuda_ && base_) {
-    cuda_region r;
-    r.ptr = base_;
-    cuda_free_shared(r);
-  }
-#endif
 }
 
 std::string shared_buffers::first_broken_guard(const std::vector<std::string>& in_names,

@@ -1,7 +1,7 @@
 // A job's inputs, params and outputs in one region both sides map: sealed memfd pages (cpu) or one
-// device allocation exported by CUDA IPC (cuda). Each buffer lies between guard zones filled with
-// a canary, so a small out-of-bounds write is seen; the executor reads and writes the buffers as
-// LibTorch tensors, the kernel host gets offsets.
+// device allocation exported as a file descriptor (cuda, gpu_pool/cuda_vmm.hpp). Each buffer lies
+// between guard zones filled with a canary, so a small out-of-bounds write is seen; the executor
+// reads and writes the buffers as LibTorch tensors, the kernel host gets offsets.
 //   specs --create--> region + tensor views --layout()--> kh_command for the kernel host
 #pragma once
 
@@ -46,7 +46,8 @@ public:
   const std::vector<guarded_buffer>& params() const { return par_; }
   const std::vector<guarded_buffer>& outputs() const { return out_; }
 
-  // The layout command for the kernel host; cpu: memfd() travels with it.
+  // The layout command for the kernel host; memfd() travels with it (cpu: the memfd; cuda: the
+  // device allocation's fd).
   const kh_command& layout() const { return *layout_; }
   int memfd() const { return memfd_; }
   int64_t bytes() const { return bytes_; }
@@ -66,6 +67,7 @@ private:
   void* base_ = nullptr;
   int64_t bytes_ = 0;
   bool cuda_ = false;
+  uint64_t cuda_handle_ = 0; // the region's allocation (cuda_vmm.hpp); memfd_ is its exported fd
 };
 
 // Guard zone size in elements, each side of every buffer.

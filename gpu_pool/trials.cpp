@@ -27,9 +27,9 @@ std::string ms_text(double ms) {
   return b;
 }
 
-} // namespace
-
-check_result time_kernel(job_context& c, const timing_options& opts) {
+// One timing: warm-up, trials, checks. `contradicted` is set when the host's events undercut the
+// executor's own clock beyond the tolerance.
+check_result time_once(job_context& c, const timing_options& opts, bool& contradicted) {
   const bool cpu = c.dev->device.is_cpu();
   std::mt19937_64 pick(fresh_seed()); // the reservoir's choices: never visible to the host
   const int k = std::max(1, opts.checked_trials);
@@ -131,7 +131,8 @@ check_result time_kernel(job_context& c, const timing_options& opts) {
     // The host's events are the precise figure, but they come from the untrusted side: the
     // executor's own clock around the same trials (less the protocol's cost) bounds them.
     double tol = 3 * (c.costs.wall_p90_ms - c.costs.wall_p10_ms) + 0.005 + 0.05 * tm.bound_ms;
-    if (tm.median_ms < tm.bound_ms - tol)
+    contradicted = tm.median_ms < tm.bound_ms - tol;
+    if (contradicted)
       return failure(outcome_kind::runtime_error,
                      "the kernel process reported " + ms_text(tm.median_ms) +
                          " ms per call by its events, but the executor's own clock saw at least " +
@@ -140,6 +141,21 @@ check_result time_kernel(job_context& c, const timing_options& opts) {
                          " ms): the in-process time contradicts the trusted one");
   }
   r.time = tm;
+  return r;
+}
+
+} // namespace
+
+check_result time_kernel(job_context& c, const timing_options& opts) {
+  // An honest kernel's events fall outside the tolerance now and then (2 of 376 H200 jobs in
+  // session 8, by 0.02-0.04 ms past it); a host that under-reports does so every time. So one
+  // contradiction buys a second timing, and only a second one refuses the job.
+  bool contradicted = false;
+  auto r = time_once(c, opts, contradicted);
+  if (!contradicted) return r;
+  contradicted = false;
+  r = time_once(c, opts, contradicted);
+  if (contradicted) r.message += " (on two timings in a row)";
   return r;
 }
 

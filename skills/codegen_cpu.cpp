@@ -342,6 +342,101 @@ void emit_conv(gen& g, const group& grp, const op_node& op, const string& dst) {
     << "   }\n  });\n";
 }
 
+// ---- conv / conv_transpose by the library GEMM, one image and group at a time, in chunks of
+// output (forward) or input (transposed) positions so the column buffer stays small. Forward:
+// col[CIG*K, pc] = im2col(x), y[COG, pc] = w[COG, CIG*K] col. Transposed: col[COG*K, pc] =
+// w[CIG, COG*K]^T x[CIG, pc], scattered into y (col2im; each output channel by one worker). ----
+void emit_library_conv(gen& g, const group& grp, const op_node& op, const string& dst) {
+  auto& o = g.o;
+  const conv_geometry cg = conv_geometry_of(g.t, op);
+  const auto &in = cg.in, &ker = cg.ker, &out = cg.out;
+  const auto &st = cg.stride, &pd = cg.pad, &dl = cg.dilation;
+  int64_t precision = grp.get(knob::precision, 0);
+  const string rnd = rounding(precision);
+  int64_t taps = ker[0] * ker[1] * ker[2], cig = cg.ci / cg.groups, cog = cg.co / cg.groups;
+  int64_t pin = in[0] * in[1] * in[2], pout = out[0] * out[1] * out[2];
+  int64_t kk = (cg.transposed ? cog : cig) * taps, positions = cg.transposed ? pin : pout;
+  int64_t pc = std::clamp<int64_t>((int64_t{1} << 21) / std::max<int64_t>(1, kk), 1, positions);
+  o << epilogue(g, grp);
+  o << "  constexpr int64_t CI = " << cg.ci << ", CO = " << cg.co << ", G = " << cg.groups
+    << ", CIG = " << cig << ", COG = " << cog << ", TAPS = " << taps << ", KK = " << kk << ";\n"
+    << "  constexpr int64_t ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2]
+    << ", OD = " << out[0] << ", OH = " << out[1] << ", OW = " << out[2] << ", KD = " << ker[0]
+    << ", KH = " << ker[1] << ", KW = " << ker[2] << ";\n"
+    << "  constexpr int64_t SD = " << st[0] << ", SH = " << st[1] << ", SW = " << st[2]
+    << ", PD = " << pd[0] << ", PH = " << pd[1] << ", PW = " << pd[2] << ", DD = " << dl[0]
+    << ", DH = " << dl[1] << ", DW = " << dl[2] << ";\n"
+    << "  constexpr int64_t PIN = " << lit(pin) << ", P = " << lit(pout) << ", PC = " << lit(pc)
+    << ", NPOS = " << lit(positions) << ";\n"
+    << "  const float* X = " << g.ptr(op.args[0]) << ";\n  const float* W = " << g.ptr(op.args[1])
+    << ";\n"
+    << "  float* col = (float*)host->alloc(host, " << lit(kk * pc * 4) << ");\n"
+    << "  if (!col) return 2;\n";
+  if (precision != 0) { // reduced precision: the library sees rounded weights and inputs
+    int64_t wn = prod(g.shape(op.args[1]));
+    o << "  {\n    float* r = (float*)host->alloc(host, " << lit(wn * 4) << ");\n"
+      << "    if (!r) return 2;\n"
+      << "    pfor(host, " << lit(wn) << ", 16384, [&](int64_t b, int64_t e) { for (int64_t i = b; "
+      << "i < e; ++i) r[i] = " << rnd << "(W[i]); });\n    W = r;\n  }\n";
+    if (cg.transposed) // the rounded input chunk of each GEMM
+      o << "  float* xr = (float*)host->alloc(host, " << lit(cig * pc * 4) << ");\n"
+        << "  if (!xr) return 2;\n";
+  }
+  if (cg.transposed)
+    o << "  pfor(host, " << lit(cg.batch * cg.co * pout) << ", 16384, [&](int64_t b, int64_t e) { "
+      << "for (int64_t i = b; i < e; ++i) " << dst << "[i] = 0.f; });\n";
+  o << "  for (int64_t n = 0; n < " << cg.batch << "; ++n)\n"
+    << "   for (int64_t gr = 0; gr < G; ++gr)\n"
+    << "    for (int64_t p0 = 0; p0 < NPOS; p0 += PC) {\n"
+    << "     const int64_t pc = std::min<int64_t>(PC, NPOS - p0);\n";
+  if (!cg.transposed) {
+    o << "     pfor(host, KK, 1, [&](int64_t rb, int64_t re) {\n"
+      << "      for (int64_t r = rb; r < re; ++r) {\n"
+      << "       const int64_t ic = r / TAPS, tap = r % TAPS;\n"
+      << "       const int64_t kd = tap / (KH * KW), kh = (tap / KW) % KH, kw = tap % KW;\n"
+      << "       const float* xb = X + (n * CI + gr * CIG + ic) * PIN;\n"
+      << "       float* cr = col + r * pc;\n"
+      << "       for (int64_t j = 0; j < pc; ++j) {\n"
+      << "        const int64_t q = p0 + j, od = q / (OH * OW), oh = (q / OW) % OH, ow = q % OW;\n"
+      << "        const int64_t id = od * SD - PD + kd * DD, ih = oh * SH - PH + kh * DH, iw = ow "
+         "* SW - PW + kw * DW;\n"
+      << "        const bool ok = id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 && iw < IW;\n"
+      << "        cr[j] = ok ? " << rnd << "(xb[(id * IH + ih) * IW + iw]) : 0.f;\n"
+      << "       }\n      }\n     });\n"
+      << "     host->sgemm(host, 0, 0, COG, pc, KK, 1.f, W + gr * COG * KK, KK, col, pc, 0.f, "
+      << dst << " + (n * CO + gr * COG) * P + p0, P);\n";
+  } else {
+    string xs = "X + (n * CI + gr * CIG) * PIN + p0", ldx = "PIN";
+    if (precision != 0) {
+      o << "     for (int64_t c = 0; c < CIG; ++c) for (int64_t j = 0; j < pc; ++j) xr[c * pc + j] "
+        << "= " << rnd << "(X[(n * CI + gr * CIG + c) * PIN + p0 + j]);\n";
+      xs = "xr", ldx = "pc";
+    }
+    o << "     host->sgemm(host, 1, 0, KK, pc, CIG, 1.f, W + gr * CIG * KK, KK, " << xs << ", "
+      << ldx << ", 0.f, col, pc);\n"
+      << "     pfor(host, COG, 1, [&](int64_t cb, int64_t ce) {\n"
+      << "      for (int64_t oc = cb; oc < ce; ++oc) {\n"
+      << "       float* yb = " << dst << " + (n * CO + gr * COG + oc) * P;\n"
+      << "       for (int64_t tap = 0; tap < TAPS; ++tap) {\n"
+      << "        const int64_t kd = tap / (KH * KW), kh = (tap / KW) % KH, kw = tap % KW;\n"
+      << "        const float* cr = col + (oc * TAPS + tap) * pc;\n"
+      << "        for (int64_t j = 0; j < pc; ++j) {\n"
+      << "         const int64_t q = p0 + j, id = q / (IH * IW), ih = (q / IW) % IH, iw = q % IW;\n"
+      << "         const int64_t od = id * SD - PD + kd * DD, oh = ih * SH - PH + kh * DH, ow = iw "
+         "* SW - PW + kw * DW;\n"
+      << "         if (od >= 0 && od < OD && oh >= 0 && oh < OH && ow >= 0 && ow < OW)\n"
+      << "          yb[(od * OH + oh) * OW + ow] += cr[j];\n"
+      << "        }\n       }\n      }\n     });\n";
+  }
+  o << "    }\n";
+  if (grp.num_ops == 1 && op.args.size() < 3 && precision != 2) return;
+  string bias = op.args.size() > 2 ? " + " + g.ptr(op.args[2]) + "[(i / P) % CO]" : "";
+  string value = precision == 2 ? "kiln_fp16(" + dst + "[i])" : dst + "[i]";
+  o << "  auto body = [=](int64_t i) { return epi(i, " << value << bias << "); };\n";
+  emit_elementwise_loop(g, dst, cg.batch * cg.co * pout, grp.get(knob::vec, 1), 1, true,
+                        grp.get(knob::block, 256) * 64, "body");
+}
+
 // ---- pools: input viewed as [planes, D, H, W] ----
 void emit_pool(gen& g, const group& grp, const op_node& op, const op_info& info,
                const string& dst) {
@@ -813,7 +908,10 @@ expected<std::string> generate_cpu(const task& t, const program& p) {
       emit_gemm(g, grp, describe_gemm(g, anchor, info->family), dst);
       break;
     case kernel_template::library:
-      emit_library(g, grp, describe_gemm(g, anchor, info->family), dst);
+      if (info->family == op_family::conv || info->family == op_family::conv_transpose)
+        emit_library_conv(g, grp, anchor, dst);
+      else
+        emit_library(g, grp, describe_gemm(g, anchor, info->family), dst);
       break;
     case kernel_template::conv: emit_conv(g, grp, anchor, dst); break;
     case kernel_template::pool: emit_pool(g, grp, anchor, *info, dst); break;

@@ -475,6 +475,47 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
   });
 }
 
+// ---- conv / conv_transpose by the library (cuDNN in the kernel host), then one epilogue kernel
+// for the bias and the group's elementwise chain, like the library GEMM. ----
+void emit_library_conv(gen& g, const group& grp, const string& pfx, const op_node& op,
+                       const string& dst) {
+  const conv_geometry cg = conv_geometry_of(g.t, op);
+  conv_step cs;
+  cs.spatial = static_cast<int32_t>(find_op(op.op)->spatial);
+  cs.transposed = cg.transposed;
+  cs.batch = cg.batch, cs.ci = cg.ci, cs.co = cg.co, cs.groups = cg.groups;
+  cs.in = cg.in, cs.ker = cg.ker, cs.out = cg.out;
+  cs.stride = cg.stride, cs.pad = cg.pad, cs.dilation = cg.dilation;
+  cs.x = g.buffers[g.sym_of(op.args[0])].ref;
+  cs.w = g.buffers[g.sym_of(op.args[1])].ref;
+  cs.y = g.buffers[dst].ref;
+  int64_t precision = grp.get(knob::precision, 0);
+  cs.precision = precision == 1   ? gemm_precision::tf32
+                 : precision == 2 ? gemm_precision::fp16_accumulate
+                                  : gemm_precision::fp32;
+  plan_step st;
+  st.k = plan_step::kind::conv;
+  st.conv = cs;
+  g.prog.plan.steps.push_back(st);
+  bool bias = op.args.size() > 2;
+  if (grp.num_ops == 1 && !bias) return;
+  int64_t p = cg.out[0] * cg.out[1] * cg.out[2];
+  kernel_builder kb;
+  kb.name = pfx + "_epilogue";
+  emit_driver(g, kb, dst, cg.batch * cg.co * p, grp.get(knob::vec, 1), 1, true,
+              grp.get(knob::block, 256), [&](int64_t V) {
+                std::ostringstream s;
+                g.use(kb, dst, false);
+                s << "      kld<" << V << ">(" << dst << " + i, r);\n";
+                if (bias)
+                  s << "#pragma unroll\n      for (int l = 0; l < " << V
+                    << "; ++l) r[l] += " << g.rd(kb, op.args[2]) << "[((i + l) / " << lit(p)
+                    << ") % " << cg.co << "];\n";
+                s << epilogue(g, kb, grp, V);
+                return s.str();
+              });
+}
+
 // ---- conv / conv_transpose: direct; 1d / 2d pad to 3d with unit dims. A block owns TM output
 // channels of one group x TN output positions of one image; TX x TY threads each RM x RN. ----
 void emit_conv(gen& g, const group& grp, const string& pfx, const op_node& op, const string& dst) {
@@ -1391,7 +1432,10 @@ expected<cuda_program> generate_cuda(const task& t, const program& p) {
       emit_gemm(g, grp, pfx, gemm_shape_of(g.t, anchor, info->family, cuda_dialect), dst);
       break;
     case kernel_template::library:
-      emit_library(g, grp, pfx, gemm_shape_of(g.t, anchor, info->family, cuda_dialect), dst);
+      if (info->family == op_family::conv || info->family == op_family::conv_transpose)
+        emit_library_conv(g, grp, pfx, anchor, dst);
+      else
+        emit_library(g, grp, pfx, gemm_shape_of(g.t, anchor, info->family, cuda_dialect), dst);
       break;
     case kernel_template::conv: emit_conv(g, grp, pfx, anchor, dst); break;
     case kernel_template::pool: emit_pool(g, grp, pfx, anchor, *info, dst); break;

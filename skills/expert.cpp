@@ -61,7 +61,11 @@ program expert_program(const task& t, backend_kind backend) {
     int64_t inner = anchor.shape.empty() ? 1 : anchor.shape.back();
     g.tmpl = fits.front();
     int64_t precision = t.tol.reduced_precision && backend == backend_kind::cuda ? 1 : 0;
-    if (std::find(fits.begin(), fits.end(), kernel_template::library) != fits.end())
+    // Convolutions by the library on cuda only (cuDNN); on cpu the system BLAS is the reference
+    // one, and im2col + its GEMM ran 3-9x slower than the direct template (session 8).
+    bool conv_anchor = g.tmpl == kernel_template::conv;
+    if (std::find(fits.begin(), fits.end(), kernel_template::library) != fits.end() &&
+        (!conv_anchor || backend == backend_kind::cuda))
       g.tmpl = kernel_template::library;
     switch (g.tmpl) {
     case kernel_template::elementwise:

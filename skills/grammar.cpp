@@ -36,7 +36,7 @@ std::vector<kernel_template> anchor_templates(op_family f) {
   case op_family::matmul:
   case op_family::bmm: return {kernel_template::gemm, kernel_template::library};
   case op_family::conv:
-  case op_family::conv_transpose: return {kernel_template::conv};
+  case op_family::conv_transpose: return {kernel_template::conv, kernel_template::library};
   case op_family::max_pool:
   case op_family::avg_pool:
   case op_family::adaptive_avg_pool: return {kernel_template::pool};

@@ -102,6 +102,42 @@ const char* to_string(gemm_precision p) {
   return "?";
 }
 
+namespace {
+
+json ints_json(const std::vector<int64_t>& v) { return json(v); }
+
+gemm_precision precision_from(const json& pr, const std::string& at) {
+  std::string w = pr.is_string() ? pr.get<std::string>() : "";
+  if (w == "fp32") return gemm_precision::fp32;
+  if (w == "tf32") return gemm_precision::tf32;
+  if (w == "fp16_accumulate") return gemm_precision::fp16_accumulate;
+  throw bad_field{at + ".precision: unknown precision '" + w + "'"};
+}
+
+} // namespace
+
+// Extents positive, channels divisible by groups, and each spatial size what the forward conv
+// (from x to y, or from y to x when transposed) makes of its input.
+status check_conv(const conv_step& c, const std::string& at) {
+  if (c.spatial < 1 || c.spatial > 3)
+    return error{at + ": conv with " + std::to_string(c.spatial) + " spatial dims"};
+  for (const auto* v : {&c.in, &c.ker, &c.out, &c.stride, &c.pad, &c.dilation})
+    if (v->size() != 3) return error{at + ": conv geometry lists need 3 entries"};
+  if (c.batch < 1 || c.ci < 1 || c.co < 1 || c.groups < 1 || c.ci % c.groups != 0 ||
+      c.co % c.groups != 0)
+    return error{at + ": conv channels or groups out of range"};
+  for (int d = 0; d < 3; ++d) {
+    if (c.in[d] < 1 || c.ker[d] < 1 || c.out[d] < 1 || c.stride[d] < 1 || c.pad[d] < 0 ||
+        c.dilation[d] < 1)
+      return error{at + ": conv with an empty or negative extent"};
+    int64_t src = c.transposed ? c.out[d] : c.in[d], dst = c.transposed ? c.in[d] : c.out[d];
+    int64_t span = src + 2 * c.pad[d] - c.dilation[d] * (c.ker[d] - 1) - 1;
+    if (span < 0 || span / c.stride[d] + 1 != dst)
+      return error{at + ": conv spatial dim " + std::to_string(d) + " does not match its geometry"};
+  }
+  return ok();
+}
+
 status check_plan(const launch_plan& p, const plan_limits& lim) {
   std::vector<bool> out_written(p.num_outputs, false),
       scratch_written(p.scratch_bytes.size(), false);
@@ -129,6 +165,13 @@ status check_plan(const launch_plan& p, const plan_limits& lim) {
   for (std::size_t s = 0; s < p.steps.size(); ++s) {
     const auto& st = p.steps[s];
     std::string at = "plan: step " + std::to_string(s);
+    if (st.k == plan_step::kind::conv) {
+      if (auto c = check_conv(st.conv, at); !c) return c;
+      if (auto u = use(st.conv.x, access::read, at + " conv x"); !u) return u;
+      if (auto u = use(st.conv.w, access::read, at + " conv w"); !u) return u;
+      if (auto u = use(st.conv.y, access::write, at + " conv y"); !u) return u;
+      continue;
+    }
     if (st.k == plan_step::kind::gemm) {
       const auto& g = st.gemm;
       if (g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1)
@@ -170,6 +213,27 @@ status check_plan(const launch_plan& p, const plan_limits& lim) {
 std::string to_json(const launch_plan& p) {
   json steps = json::array();
   for (const auto& s : p.steps) {
+    if (s.k == plan_step::kind::conv) {
+      const auto& c = s.conv;
+      steps.push_back({{"conv",
+                        {{"spatial", c.spatial},
+                         {"transposed", c.transposed},
+                         {"batch", c.batch},
+                         {"ci", c.ci},
+                         {"co", c.co},
+                         {"groups", c.groups},
+                         {"in", ints_json(c.in)},
+                         {"ker", ints_json(c.ker)},
+                         {"out", ints_json(c.out)},
+                         {"stride", ints_json(c.stride)},
+                         {"pad", ints_json(c.pad)},
+                         {"dilation", ints_json(c.dilation)},
+                         {"x", ref_json(c.x)},
+                         {"w", ref_json(c.w)},
+                         {"y", ref_json(c.y)},
+                         {"precision", to_string(c.precision)}}}});
+      continue;
+    }
     if (s.k == plan_step::kind::gemm) {
       const auto& g = s.gemm;
       steps.push_back({{"gemm",
@@ -271,16 +335,35 @@ expected<launch_plan> plan_from_json(const std::string& text) {
           if (!v.is_number()) throw bad_field{at + "." + key + ": expected a number"};
           *dst = v.get<float>();
         }
-        const json& pr = field(g, "precision", at);
-        std::string w = pr.is_string() ? pr.get<std::string>() : "";
-        if (w == "fp32")
-          o.precision = gemm_precision::fp32;
-        else if (w == "tf32")
-          o.precision = gemm_precision::tf32;
-        else if (w == "fp16_accumulate")
-          o.precision = gemm_precision::fp16_accumulate;
-        else
-          throw bad_field{at + ".precision: unknown precision '" + w + "'"};
+        o.precision = precision_from(field(g, "precision", at), at);
+      } else if (s.is_object() && s.contains("conv")) {
+        const json& c = s.at("conv");
+        at += ".conv";
+        st.k = plan_step::kind::conv;
+        auto& o = st.conv;
+        o.spatial = static_cast<int32_t>(int_field(c, "spatial", at));
+        const json& tr = field(c, "transposed", at);
+        if (!tr.is_boolean()) throw bad_field{at + ".transposed: expected a boolean"};
+        o.transposed = tr.get<bool>();
+        o.batch = int_field(c, "batch", at), o.ci = int_field(c, "ci", at);
+        o.co = int_field(c, "co", at), o.groups = int_field(c, "groups", at);
+        for (auto [key, dst] : {std::pair{"in", &o.in},
+                                {"ker", &o.ker},
+                                {"out", &o.out},
+                                {"stride", &o.stride},
+                                {"pad", &o.pad},
+                                {"dilation", &o.dilation}}) {
+          const json& v = field(c, key, at);
+          if (!v.is_array()) throw bad_field{at + "." + key + ": expected an array"};
+          for (const auto& e : v) {
+            if (!e.is_number_integer()) throw bad_field{at + "." + key + ": expected integers"};
+            dst->push_back(e.get<int64_t>());
+          }
+        }
+        o.x = ref_from(field(c, "x", at), at + ".x");
+        o.w = ref_from(field(c, "w", at), at + ".w");
+        o.y = ref_from(field(c, "y", at), at + ".y");
+        o.precision = precision_from(field(c, "precision", at), at);
       } else {
         const json& k = field(s, "kernel", at);
         at += ".kernel";

@@ -70,10 +70,26 @@ struct gemm_step {
   gemm_precision precision = gemm_precision::fp32;
 };
 
+// A library convolution (cuda: cuDNN) on dense NC[D]HW float32 data, no bias (the epilogue kernel
+// adds it). Spatial lists have 3 entries, unit dims in front for 1d / 2d. Forward: x [batch, ci,
+// in], w [co, ci / groups, ker], y [batch, co, out]. transposed (conv_transpose): w [ci, co /
+// groups, ker], computed as the backward-data pass of the forward conv from y to x, so `in` must
+// be what that forward conv makes of `out`. precision: fp32 exact; tf32 lets tensor cores round
+// operands to tf32; fp16_accumulate lets the library convert them to fp16.
+struct conv_step {
+  int32_t spatial = 2; // 1, 2 or 3
+  bool transposed = false;
+  int64_t batch = 1, ci = 1, co = 1, groups = 1;
+  std::vector<int64_t> in, ker, out, stride, pad, dilation;
+  buffer_ref x, w, y;
+  gemm_precision precision = gemm_precision::fp32;
+};
+
 struct plan_step {
-  enum class kind { kernel, gemm } k = kind::kernel;
+  enum class kind { kernel, gemm, conv } k = kind::kernel;
   kernel_step kernel; // k == kernel
   gemm_step gemm;     // k == gemm; an epilogue kernel, when needed, is the next step
+  conv_step conv;     // k == conv; likewise
 };
 
 struct launch_plan {
@@ -91,6 +107,9 @@ struct plan_limits {
   uint32_t max_grid_x = 0x7fffffffu, max_grid_yz = 65535;
   uint32_t max_block_xy = 1024, max_block_z = 64;
 };
+
+// A conv step's geometry alone (check_plan runs it on every conv step); `at` prefixes the error.
+status check_conv(const conv_step& c, const std::string& at);
 
 // Every binding in range, launch shapes within the limits, every output written by some step,
 // every scratch buffer written before it is read.

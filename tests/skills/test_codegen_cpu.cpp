@@ -1,6 +1,7 @@
 // The cpu backend end to end: program -> generate_cpu -> compile_cpu -> cpu_program::run, checked
 // against the LibTorch reference on every cpu suite task and on small hand-made tasks whose shapes
 // divide nothing.
+#include "data/op_vocab.hpp"
 #include "data/reference.hpp"
 #include "data/task_check.hpp"
 #include "data/task_parse.hpp"
@@ -901,6 +902,31 @@ TEST_CASE("hand-made tasks with non-divisible shapes: every family") {
     task t = make_task(toml);
     require_correct(t, expert_program(t, backend_kind::cpu));
   }
+}
+
+// Every conv and conv_transpose task of the suites (1d / 2d / 3d, strided, dilated, grouped,
+// depthwise, with and without bias, fused epilogues) with its conv group by the library GEMM.
+TEST_CASE("library convolutions (im2col / col2im + GEMM) are correct on every suite conv task") {
+  int n = 0;
+  for (const auto& t : suites().tasks) {
+    bool conv = false;
+    program p = variant(t, [&](group& g) {
+      auto f = find_op(t.ops[g.first_op].op)->family;
+      if (f != op_family::conv && f != op_family::conv_transpose) return;
+      conv = true;
+      g.tmpl = kernel_template::library;
+      g.knobs = {{knob::precision, 0}, {knob::block, 256}, {knob::vec, 4}};
+    });
+    if (!conv || t.level == 3) continue; // level 3 repeats the same convolutions, larger
+    ++n;
+    require_correct(t, p);
+  }
+  MESSAGE(n << " conv tasks by the library");
+  CHECK(n >= 40);
+  task conv = make_task(kConv);
+  require_correct(conv, variant(conv, [](group& g) {
+                    if (g.tmpl == kernel_template::conv) g.tmpl = kernel_template::library;
+                  }));
 }
 
 TEST_CASE("safe knob variants stay correct") {

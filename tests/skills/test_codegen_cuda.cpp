@@ -255,6 +255,65 @@ TEST_CASE("check_plan rejects broken plans") {
   CHECK(r.message().find("steps[0].kernel.args[0].buffer.kind") != std::string::npos);
 }
 
+// The expert's cuda programs run convolutions by the library: a conv step (cuDNN in the kernel
+// host) and, for bias and the fused chain, an epilogue kernel; the step survives the wire.
+TEST_CASE("plans: library convolutions, forward and transposed, through JSON and check_plan") {
+  int forward = 0, transposed = 0;
+  for (const auto& t : suites().tasks) {
+    if (t.level != 2) continue;
+    auto cp = generate_cuda(t, expert_program(t, backend_kind::cuda));
+    REQUIRE_MESSAGE(cp.has_value(), t.name << ": " << (cp ? "" : cp.message()));
+    for (std::size_t s = 0; s < cp->plan.steps.size(); ++s) {
+      const auto& st = cp->plan.steps[s];
+      if (st.k != plan_step::kind::conv) continue;
+      (st.conv.transposed ? transposed : forward)++;
+      CHECK(st.conv.x.kind != buffer_kind::output);
+      CHECK(st.conv.w.kind == buffer_kind::param);
+      if (t.ops[0].args.size() > 2) { // a bias: the next step is the epilogue kernel adding it
+        REQUIRE(s + 1 < cp->plan.steps.size());
+        CHECK(cp->plan.steps[s + 1].k == plan_step::kind::kernel);
+      }
+    }
+    auto back = plan_from_json(to_json(cp->plan));
+    REQUIRE_MESSAGE(back.has_value(), (back ? "" : back.message()));
+    CHECK(to_json(*back) == to_json(cp->plan));
+  }
+  CHECK(forward >= 20);
+  CHECK(transposed >= 10);
+
+  launch_plan p;
+  p.num_inputs = 1, p.num_params = 1, p.num_outputs = 1;
+  p.output_bytes = {4 * 2 * 4 * 8 * 8};
+  plan_step s;
+  s.k = plan_step::kind::conv;
+  auto& c = s.conv;
+  c.spatial = 2, c.batch = 2, c.ci = 3, c.co = 4;
+  c.in = {1, 10, 10}, c.ker = {1, 3, 3}, c.out = {1, 8, 8};
+  c.stride = {1, 1, 1}, c.pad = {0, 0, 0}, c.dilation = {1, 1, 1};
+  c.x = {buffer_kind::input, 0}, c.w = {buffer_kind::param, 0}, c.y = {buffer_kind::output, 0};
+  p.steps = {s};
+  CHECK(check_plan(p).has_value());
+  auto bad = p;
+  bad.steps[0].conv.out = {1, 9, 8}; // not what a 3x3 kernel makes of 10x10
+  CHECK(check_plan(bad).message().find("does not match its geometry") != std::string::npos);
+  bad = p;
+  bad.steps[0].conv.y = {buffer_kind::input, 0}; // a library step may not write an input
+  CHECK(!check_plan(bad));
+  bad = p;
+  bad.steps[0].conv.groups = 2; // 3 input channels do not split into 2 groups
+  CHECK(!check_plan(bad));
+  bad = p;
+  bad.steps[0].conv.transposed = true; // transposed: the forward conv of out must give in
+  CHECK(!check_plan(bad));
+  bad.steps[0].conv.in = {1, 8, 8}, bad.steps[0].conv.out = {1, 10, 10};
+  CHECK(check_plan(bad).has_value());
+  auto r = plan_from_json(
+      R"({"version":1,"num_inputs":0,"num_params":0,"num_outputs":0,"output_bytes":[],
+    "scratch_bytes":[],"steps":[{"conv":{"spatial":2,"transposed":"no"}}]})");
+  REQUIRE(!r);
+  CHECK(r.message().find("steps[0].conv.transposed") != std::string::npos);
+}
+
 TEST_CASE("nvrtc: errors carry the log, the cache answers the second time") {
   auto bad =
       compile_nvrtc("extern \"C\" __global__ void k(float* p) { p[0] = undefined_thing; }\n");
