@@ -28,6 +28,9 @@ struct gen_request {
   rollout_task_ptr task; // in-process only (a shared pointer): see CAF_ALLOW_UNSAFE below
   std::vector<int32_t> append;
   int32_t max_tokens = 256; // program length cap for this turn
+  // Text policies (LLMs): the previous turn's outcome as text (rollout/observation_text.hpp);
+  // empty on the first turn. Token policies ignore it.
+  std::string observation;
 };
 
 // The program's tokens, behaviour log-probs and policy versions packed in one buffer
@@ -38,6 +41,12 @@ struct gen_reply {
   bool complete = false; // the grammar reached the program's end (false: cut at max_tokens)
   double queue_ms = 0;   // waiting for a batch slot
   double policy_ms = 0;  // from joining the batch to the last token
+  // Text policies: the answer, the submission taken from it (a free-form source program), or why
+  // there is none (then the turn is a compile_error with that message), and the tokens the
+  // endpoint counted. The packed tokens are then the model's own ids, when the endpoint gave any.
+  bool text_policy = false;
+  std::string text, submission, failure;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
 
   size_t size() const { return packed.size() / 3; }
   const int32_t* tokens_begin() const { return packed.data(); }
@@ -66,7 +75,24 @@ struct gen_reply {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_reply& x) {
-  return f(caf::meta::type_name("gen_reply"), x.packed, x.complete, x.queue_ms, x.policy_ms);
+  return f(caf::meta::type_name("gen_reply"), x.packed, x.complete, x.queue_ms, x.policy_ms,
+           x.text_policy, x.text, x.submission, x.failure, x.prompt_tokens, x.completion_tokens);
+}
+
+// An LLM endpoint's answer to one turn, from the HTTP client's thread back to the LLM policy
+// server (llm/llm_policy_server.hpp).
+struct llm_answer {
+  uint64_t seq_id = 0;
+  int32_t status = 0;
+  std::string body, error;
+  int32_t attempts = 0;
+  double ms = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, llm_answer& x) {
+  return f(caf::meta::type_name("llm_answer"), x.seq_id, x.status, x.body, x.error, x.attempts,
+           x.ms);
 }
 
 // What an episode tells the coordinator when it ends (after the sink took its trajectory).
@@ -84,13 +110,16 @@ struct episode_summary {
   std::string error;                                  // why it failed / aborted, empty otherwise
   double best_kernel_ms = 0;       // fastest correct turn's kernel median; 0: none correct
   int32_t first_correct_turn = -1; // 0-based; -1: none correct
+  std::string last_outcome;        // the last turn's outcome kind ("" when no turn ran)
+  std::string last_message;        // and its message (a compile log, why it failed), trimmed
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, episode_summary& x) {
   return f(caf::meta::type_name("episode_summary"), x.episode, x.task, x.status, x.reward, x.turns,
            x.correct_turns, x.tokens, x.handed_on, x.total_ms, x.policy_ms, x.pool_ms, x.sink_ms,
-           x.queue_ms, x.compile_ms, x.device_ms, x.error, x.best_kernel_ms, x.first_correct_turn);
+           x.queue_ms, x.compile_ms, x.device_ms, x.error, x.best_kernel_ms, x.first_correct_turn,
+           x.last_outcome, x.last_message);
 }
 
 } // namespace kiln
@@ -101,6 +130,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kiln::gen_request)
 CAF_BEGIN_TYPE_ID_BLOCK(kiln_rollout, caf::first_custom_type_id + 100)
 CAF_ADD_TYPE_ID(kiln_rollout, (kiln::gen_reply))
 CAF_ADD_TYPE_ID(kiln_rollout, (kiln::episode_summary))
+CAF_ADD_TYPE_ID(kiln_rollout, (kiln::llm_answer))
 CAF_END_TYPE_ID_BLOCK(kiln_rollout)
 
 namespace kiln {

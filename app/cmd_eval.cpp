@@ -11,6 +11,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -91,9 +92,18 @@ int cmd_eval(const common_args& common, const eval_args& args) {
   eo.seed = args.seed;
   eo.parallel = args.parallel;
   eo.temperature = args.temperature;
+  eo.llm.endpoints = args.llm_endpoints;
+  eo.llm.model = args.llm_model;
+  eo.llm.api = args.llm_api;
+  eo.llm.max_tokens = args.llm_max_tokens;
+  eo.llm.timeout_s = args.llm_timeout_s;
+  eo.llm.max_in_flight = args.llm_in_flight;
+  eo.llm.max_attempts = args.llm_attempts;
+  eo.llm.temperature = args.temperature;
+  if (const char* key = std::getenv(args.llm_key_env.c_str())) eo.llm.bearer_token = key;
   for (const auto& p : policies) {
     std::vector<eval_row> rows;
-    if (episodes) {
+    if (episodes || p.llm) { // an LLM always answers through episodes
       auto r = evaluate_policy_episodes(sys, *pool_actor, cfg->backend, set.tasks, p, eo,
                                         baselines ? &*baselines : nullptr);
       if (!r) {
@@ -106,7 +116,7 @@ int cmd_eval(const common_args& common, const eval_args& args) {
                              baselines ? &*baselines : nullptr);
     }
     out.push_back(summary_json(p.name, suite_name, args.backend, rows));
-    if (episodes) {
+    if (episodes || p.llm) {
       out.back()["samples"] = args.samples;
       out.back()["turns"] = args.turns;
     }

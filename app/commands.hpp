@@ -88,6 +88,15 @@ struct eval_args {
   int samples = 1;                 // episodes per task (pass@k); > 1 or turns > 1: via episodes
   int turns = 1;                   // turns per episode (outcomes fed back as observations)
   double temperature = -1;         // checkpoints: < 0 = greedy for 1 sample, 1.0 for more
+  // --policy llm: an LLM behind an HTTP endpoint (llm/llm_policy_server.hpp)
+  std::vector<std::string> llm_endpoints; // base URLs
+  std::string llm_model;
+  std::string llm_api = "chat";
+  int llm_max_tokens = 8192;
+  double llm_timeout_s = 300;
+  int llm_in_flight = 256;
+  int llm_attempts = 4;
+  std::string llm_key_env = "OPENAI_API_KEY"; // the bearer token's environment variable
 };
 int cmd_eval(const common_args& common, const eval_args& args);
 

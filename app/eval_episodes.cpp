@@ -5,6 +5,9 @@
 #include "rollout/builtin_policies.hpp"
 #include "rollout/coordinator.hpp"
 #include "rollout/policy_server.hpp"
+#ifdef KILN_HAVE_LLM
+#include "llm/llm_policy_server.hpp"
+#endif
 
 #include <atomic>
 #include <caf/scoped_actor.hpp>
@@ -43,22 +46,40 @@ evaluate_policy_episodes(caf::actor_system& sys, const caf::actor& pool, backend
                          const std::vector<task>& tasks, const policy_spec& p,
                          const episode_eval_options& o, const compile_baselines* baselines) {
   if (tasks.empty()) return std::vector<eval_row>{};
-  auto policy = make_policy(p, backend, o);
-  if (!policy) return policy.err();
+  caf::actor server;
+  if (p.llm) {
+#ifdef KILN_HAVE_LLM
+    if (o.llm.endpoints.empty() || o.llm.model.empty())
+      return error{"--policy llm needs --llm-endpoint and --llm-model"};
+    auto lc = o.llm;
+    lc.backend = backend;
+    if (lc.temperature < 0) lc.temperature = o.samples > 1 ? 1.0 : 0.0;
+    server = spawn_llm_policy_server(sys, std::move(lc));
+#else
+    return error{"--policy llm: this build has no LLM policies (libcurl was not found)"};
+#endif
+  } else {
+    auto policy = make_policy(p, backend, o);
+    if (!policy) return policy.err();
+    policy_server_config psc;
+    psc.seed = o.seed;
+    server = spawn_policy_server(sys, std::move(*policy), psc);
+  }
   std::vector<std::shared_ptr<rollout_task>> rtasks;
   for (const auto& t : tasks) {
     rtasks.push_back(make_rollout_task(t, o.jobs));
     if (baselines) rtasks.back()->compile_ms = lookup(*baselines, t);
   }
-  policy_server_config psc;
-  psc.seed = o.seed;
-  auto server = spawn_policy_server(sys, std::move(*policy), psc);
   coordinator_config cc;
   cc.admission.max_concurrent = std::max(1, o.parallel);
   cc.admission.group_size = std::max(1, o.samples);
   cc.admission.total = static_cast<int64_t>(tasks.size()) * std::max(1, o.samples);
   cc.admission.eta = -1; // no learner: no staleness bound
   cc.episode.max_turns = std::max(1, o.turns);
+  cc.episode.text_policy = p.llm;
+  if (p.llm) // an answer takes as long as the endpoint does, retries included
+    cc.episode.policy_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(o.llm.timeout_s * 1000 * (o.llm.max_attempts + 1)) + 60'000);
   cc.keep_episodes = true;
   episode_peers peers;
   peers.policy_server = server;
@@ -113,8 +134,14 @@ evaluate_policy_episodes(caf::actor_system& sys, const caf::actor& pool, backend
     s.first_correct_turn = e.value("first_correct_turn", -1);
     s.correct = s.first_correct_turn >= 0 && s.best_kernel_ms > 0;
     s.turns = e.value("turns", 0);
-    s.outcome = e.value("status", std::string());
-    s.message = e.value("error", std::string());
+    // The last turn's outcome says more than the episode's status ("truncated"), unless the
+    // episode failed before any turn (an endpoint down, a malformed answer).
+    s.outcome = e.value("last_outcome", std::string());
+    s.message = e.value("last_message", std::string());
+    if (s.outcome.empty() || e.value("status", std::string()) == "failed") {
+      s.outcome = e.value("status", std::string());
+      s.message = e.value("error", std::string());
+    }
     by_task[e.value("task", std::string())].push_back(std::move(s));
   }
   std::vector<eval_row> rows;

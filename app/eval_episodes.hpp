@@ -5,6 +5,7 @@
 #pragma once
 
 #include "app/eval_runner.hpp"
+#include "llm/llm_policy_server.hpp"
 #include "rollout/rollout_task.hpp"
 
 #include <caf/actor.hpp>
@@ -19,6 +20,7 @@ struct episode_eval_options {
   int parallel = 3;         // episodes in flight
   double temperature = -1;  // checkpoints; < 0: greedy for one sample, 1.0 for several
   rollout_job_options jobs; // the pool's checks and timing for each program
+  llm_policy_config llm;    // --policy llm (endpoints, model, limits)
 };
 
 // `sys` must have the rollout messages registered (actors/messages.hpp). Progress goes to the log.

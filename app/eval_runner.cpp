@@ -131,13 +131,15 @@ void warn_if_other_device(const compile_baselines* b, const pool_config& pool) {
 
 expected<policy_spec> parse_policy(const std::string& name) {
   if (name == "expert" || name == "random") return policy_spec{name, name == "random", "", ""};
+  if (name == "llm") return policy_spec{name, false, "", "", true};
   if (name.rfind("sources:", 0) == 0) {
     std::string dir = name.substr(8);
     if (!fs::is_directory(dir)) return error{"policy " + name + ": " + dir + " is not a directory"};
     return policy_spec{name, false, "", dir};
   }
   if (fs::is_regular_file(name)) return policy_spec{name, false, name, ""};
-  return error{"policy " + name + ": expected expert, random, sources:DIR or a checkpoint file"};
+  return error{"policy " + name +
+               ": expected expert, random, sources:DIR, llm or a checkpoint file"};
 }
 
 namespace {

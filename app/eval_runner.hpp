@@ -40,6 +40,7 @@ struct policy_spec {
   // Free-form source written elsewhere (an external model, a person): DIR/<task>.cpp on the cpu
   // backend, DIR/<task>.cu on cuda (skills/source_program.hpp). A task without a file fails.
   std::string sources_dir;
+  bool llm = false; // an LLM behind an HTTP endpoint: always through episodes (eval_episodes.hpp)
 };
 // "expert", "random", "sources:DIR" or an existing checkpoint file; an error naming what else was
 // given.

@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
   kiln::eval_args eval;
   auto* ev = app.add_subcommand(
       "eval", "evaluate policies over a suite: pass rate, fast_p, geomean speedups");
-  ev->add_option("--policy", eval.policies, "expert, random or a checkpoint (repeatable)")
+  ev->add_option("--policy", eval.policies,
+                 "expert, random, sources:DIR, llm or a checkpoint (repeatable)")
       ->capture_default_str();
   ev->add_option("--suite", eval.suites, "task files or directories")->required();
   ev->add_option("--backend", eval.backend, "cpu or cuda")->capture_default_str();
@@ -94,7 +95,32 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   ev->add_option("--temperature", eval.temperature,
-                 "checkpoint sampling temperature (default: greedy for 1 sample, 1 for more)");
+                 "sampling temperature of checkpoints and LLMs (default: greedy for 1 sample, 1 "
+                 "for more)");
+  ev->add_option("--llm-endpoint", eval.llm_endpoints,
+                 "--policy llm: base URL of an OpenAI-compatible server (repeatable: balanced)");
+  ev->add_option("--llm-model", eval.llm_model, "--policy llm: the model name to request");
+  ev->add_option("--llm-api", eval.llm_api, "--policy llm: endpoint kind (chat)")
+      ->check(CLI::IsMember({"chat"}))
+      ->capture_default_str();
+  ev->add_option("--llm-max-tokens", eval.llm_max_tokens, "--policy llm: tokens per answer")
+      ->check(CLI::Range(16, 1 << 20))
+      ->capture_default_str();
+  ev->add_option("--llm-timeout", eval.llm_timeout_s, "--policy llm: seconds per HTTP attempt")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  ev->add_option("--llm-in-flight", eval.llm_in_flight,
+                 "--policy llm: requests in flight per endpoint")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  ev->add_option("--llm-attempts", eval.llm_attempts,
+                 "--policy llm: attempts per request (retries on 429, 5xx, connection loss)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  ev->add_option("--llm-key-env", eval.llm_key_env,
+                 "--policy llm: environment variable holding the API key (sent as a bearer "
+                 "token when set)")
+      ->capture_default_str();
 
   kiln::node_args node;
   auto* nd = app.add_subcommand(

@@ -213,7 +213,9 @@ caf::behavior coordinator(coordinator_actor* self, std::vector<std::shared_ptr<r
                                      {"turns", s.turns},
                                      {"best_kernel_ms", s.best_kernel_ms},
                                      {"first_correct_turn", s.first_correct_turn},
-                                     {"error", s.error}});
+                                     {"error", s.error},
+                                     {"last_outcome", s.last_outcome},
+                                     {"last_message", s.last_message}});
         st.adm->finished(s.handed_on);
         admit(self);
       },

@@ -3,6 +3,7 @@
 #include "actors/messages.hpp"
 #include "gpu_pool/device_pool.hpp"
 #include "gpu_pool/job.hpp"
+#include "rollout/observation_text.hpp"
 #include "rollout/token_space.hpp"
 #include "rollout/trajectory.hpp"
 #include "skills/grammar.hpp"
@@ -25,6 +26,9 @@ struct episode_state {
   episode_args a;
   trajectory traj;
   std::vector<int32_t> pending; // context tokens the policy server has not seen yet
+  std::string pending_text;     // text policies: the last outcome, for the next turn
+  std::string last_message;     // the last turn's outcome message (summary rows)
+  int64_t llm_tokens = 0;       // text policies: prompt + completion tokens the endpoint counted
   std::vector<double> rewards;
   int correct = 0;
   bool finished = false;
@@ -85,7 +89,7 @@ void done(episode_actor* self, bool handed_on, double sink_ms) {
   s.reward = st.traj.reward;
   s.turns = static_cast<int32_t>(st.traj.turns.size());
   s.correct_turns = st.correct;
-  s.tokens = static_cast<int64_t>(st.traj.tokens.size());
+  s.tokens = st.a.cfg->text_policy ? st.llm_tokens : static_cast<int64_t>(st.traj.tokens.size());
   s.handed_on = handed_on;
   s.total_ms = st.traj.timings.total_ms;
   s.policy_ms = st.traj.timings.policy_ms;
@@ -95,6 +99,10 @@ void done(episode_actor* self, bool handed_on, double sink_ms) {
   s.compile_ms = st.traj.timings.compile_ms;
   s.device_ms = st.traj.timings.device_ms;
   s.error = st.error;
+  if (!st.traj.turns.empty()) {
+    s.last_outcome = st.traj.turns.back().outcome;
+    s.last_message = st.last_message;
+  }
   for (size_t i = 0; i < st.traj.turns.size(); ++i) {
     const auto& t = st.traj.turns[i];
     if (t.outcome != "correct" || t.run_ms <= 0) continue;
@@ -156,6 +164,7 @@ void on_outcome(episode_actor* self, const outcome& o, turn_record rec) {
   double r = suspect ? turn_reward(cfg.reward, correct, std::min(se, 1.0), std::nullopt)
                      : turn_reward(cfg.reward, correct, se, sc);
   rec.outcome = to_string(o.kind);
+  st.last_message = o.message.substr(0, 500);
   rec.reward = r;
   rec.speedup_eager = se;
   rec.speedup_compile = sc;
@@ -167,7 +176,10 @@ void on_outcome(episode_actor* self, const outcome& o, turn_record rec) {
   st.traj.timings.queue_ms += o.queue_ms;
   st.traj.timings.compile_ms += o.compile_ms;
   st.traj.timings.device_ms += o.device_ms;
-  append_context(st, observation_tokens(o, se, sc));
+  if (cfg.text_policy)
+    st.pending_text = observation_text(o, se, sc);
+  else
+    append_context(st, observation_tokens(o, se, sc));
   if (cfg.stop_at_best && r >= max_turn_reward(cfg.reward, task.compile_ms.has_value()))
     return finish(self, episode_status::completed);
   if (static_cast<int>(st.traj.turns.size()) >= cfg.max_turns)
@@ -198,8 +210,20 @@ void on_program(episode_actor* self, gen_reply& rep) {
   // (Not added to `pending`: the server appended the program to its copy of the context.)
   rec.end = static_cast<int32_t>(t.tokens.size());
   t.timings.policy_ms += rep.policy_ms + rep.queue_ms;
-  auto text = program_text(rep.tokens_begin(), rep.tokens_end());
-  if (!rep.complete) {
+  std::string text;
+  if (st.a.cfg->text_policy) {
+    st.llm_tokens += rep.prompt_tokens + rep.completion_tokens;
+    if (rep.submission.empty()) { // no code block: a failed turn, said so, no pool round trip
+      outcome o;
+      o.kind = outcome_kind::compile_error;
+      o.message = rep.failure.empty() ? "the answer holds no program" : rep.failure;
+      return on_outcome(self, o, rec);
+    }
+    text = std::move(rep.submission);
+  } else {
+    text = program_text(rep.tokens_begin(), rep.tokens_end());
+  }
+  if (!st.a.cfg->text_policy && !rep.complete) {
     // Cut at the token cap: it cannot parse; no pool round trip for it.
     auto parsed = parse_program(text);
     outcome o;
@@ -226,12 +250,14 @@ void on_program(episode_actor* self, gen_reply& rep) {
 
 void start_turn(episode_actor* self) {
   auto& st = self->state;
-  append_context(st, {token_of(special_token::program)});
+  if (!st.a.cfg->text_policy) append_context(st, {token_of(special_token::program)});
   gen_request r;
   r.seq_id = st.a.id;
   r.task = st.a.task;
   r.append = std::move(st.pending);
   st.pending.clear();
+  r.observation = std::move(st.pending_text);
+  st.pending_text.clear();
   r.max_tokens = st.a.cfg->max_program_tokens;
   expect_reply(st, "policy", st.a.cfg->policy_timeout);
   self->request(st.a.peers.policy_server, caf::infinite, generate_atom::value, std::move(r))
@@ -254,7 +280,7 @@ caf::behavior episode(episode_actor* self, episode_args args) {
   t.logprobs.reserve(expect);
   t.versions.reserve(expect);
   t.turns.reserve(static_cast<size_t>(std::max(1, st.a.cfg->max_turns)));
-  append_context(st, st.a.task->prompt);
+  if (!st.a.cfg->text_policy) append_context(st, st.a.task->prompt);
   start_turn(self);
   auto tick = std::max(std::chrono::milliseconds(1), st.a.cfg->watchdog_interval);
   self->delayed_send(self, tick, deadline_atom::value);

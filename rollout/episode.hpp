@@ -1,4 +1,5 @@
-// The episode actor: one multi-turn agent loop on one task.
+// The episode actor: one multi-turn agent loop on one task, for token policies (the kernel
+// language) and text policies (LLMs writing free-form source) alike.
 //   context = [BOS] task [TASK_END]; per turn: [PROGRAM] --policy server--> program tokens
 //   --pool--> outcome --> [OBS] ... [OBS_END], reward; then --sink--> trajectory, --> coordinator
 // Statuses: completed (a turn reached the best reward reachable), truncated (turn limit),
@@ -29,6 +30,10 @@ struct episode_config {
   std::chrono::milliseconds sink_timeout{3'600'000}; // waiting for the learner (backpressure)
   std::chrono::milliseconds watchdog_interval{1'000};
   bool stop_at_best = true; // end the episode once a turn earns max_turn_reward
+  // A text policy (an LLM, llm/llm_policy_server.hpp): the prompt and the observations travel as
+  // text, the answer carries its own submission, and the trajectory's tokens are the model's own
+  // (none when the endpoint returns no token ids).
+  bool text_policy = false;
   reward_config reward;
 };
 

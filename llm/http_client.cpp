@@ -1,0 +1,338 @@
+// libcurl (Debian's libcurl4-openssl-dev): its multi interface is an event loop over non-blocking
+// sockets with connection reuse, TLS, proxies and HTTP/1.1 keep-alive done right; writing that by
+// hand (or pulling Boost.Beast's asio stack into an actor system that has its own threads) buys
+// nothing. curl_multi_wakeup lets post() interrupt the loop's poll from any thread.
+#include "llm/http_client.hpp"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <strings.h>
+#include <thread>
+
+namespace kiln {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// One global init per process, before any thread uses curl.
+void curl_once() {
+  static const bool done = [] {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    return true;
+  }();
+  (void)done;
+}
+
+} // namespace
+
+struct http_client::transfer {
+  std::string path, body;
+  std::function<void(http_response)> done;
+  clock_type::time_point submitted, not_before;
+  int attempts = 0;
+  int endpoint = -1; // index of the attempt in flight
+  CURL* easy = nullptr;
+  curl_slist* headers = nullptr;
+  std::string answer;
+  double retry_after_s = -1; // from the last answer's Retry-After, -1 when absent
+  bool too_large = false;
+  int64_t max_body = 0;
+};
+
+struct http_client::impl {
+  http_client_options opts;
+  CURLM* multi = nullptr;
+  std::thread thread;
+  mutable std::mutex mu;
+  std::deque<std::unique_ptr<transfer>> incoming; // posted, not yet seen by the loop
+  bool stopping = false;
+  std::vector<int> load; // requests in flight per endpoint (loop thread only)
+  // An endpoint that failed at the connection level or with 5xx rests a while before new work
+  // goes to it (a dead one fails fast, so it would otherwise always look least loaded).
+  std::vector<int> fail_streak;
+  std::vector<clock_type::time_point> down_until;
+  std::vector<std::unique_ptr<transfer>> waiting; // queued or backing off (loop thread only)
+  std::map<CURL*, std::unique_ptr<transfer>> active;
+  std::atomic<int64_t> requests{0}, completed{0}, failed{0}, retries{0}, in_flight{0}, queued{0};
+};
+
+namespace {
+
+size_t on_body(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<http_client::transfer*>(user);
+  size_t bytes = size * n;
+  if (static_cast<int64_t>(t->answer.size() + bytes) > t->max_body) {
+    t->too_large = true;
+    return 0; // aborts the transfer (CURLE_WRITE_ERROR)
+  }
+  t->answer.append(data, bytes);
+  return bytes;
+}
+
+size_t on_header(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<http_client::transfer*>(user);
+  size_t bytes = size * n;
+  static const char key[] = "retry-after:";
+  if (bytes > sizeof key - 1 && strncasecmp(data, key, sizeof key - 1) == 0) {
+    // Seconds only; an HTTP date is rare from LLM servers and is treated as absent.
+    std::string v(data + sizeof key - 1, bytes - (sizeof key - 1));
+    char* end = nullptr;
+    double s = std::strtod(v.c_str(), &end);
+    if (end != v.c_str() && s >= 0) t->retry_after_s = s;
+  }
+  return bytes;
+}
+
+bool retryable_status(long status) { return status == 429 || (status >= 500 && status <= 599); }
+
+} // namespace
+
+http_client::http_client(http_client_options opts) : impl_(std::make_unique<impl>()) {
+  curl_once();
+  impl_->opts = std::move(opts);
+  impl_->load.assign(impl_->opts.endpoints.size(), 0);
+  impl_->fail_streak.assign(impl_->opts.endpoints.size(), 0);
+  impl_->down_until.assign(impl_->opts.endpoints.size(), clock_type::time_point{});
+  impl_->multi = curl_multi_init();
+  // Keep a connection per request slot alive between requests.
+  curl_multi_setopt(impl_->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+                    static_cast<long>(std::max(1, impl_->opts.max_in_flight)));
+  impl_->thread = std::thread([this] { run(); });
+}
+
+http_client::~http_client() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  curl_multi_wakeup(impl_->multi);
+  impl_->thread.join();
+  curl_multi_cleanup(impl_->multi);
+}
+
+void http_client::post(std::string path, std::string body,
+                       std::function<void(http_response)> done) {
+  auto t = std::make_unique<transfer>();
+  t->path = std::move(path);
+  t->body = std::move(body);
+  t->done = std::move(done);
+  t->submitted = clock_type::now();
+  t->not_before = t->submitted;
+  t->max_body = impl_->opts.max_body_bytes;
+  impl_->requests++;
+  impl_->queued++;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stopping) {
+      http_response r;
+      r.error = "client stopped";
+      impl_->failed++;
+      impl_->queued--;
+      t->done(std::move(r));
+      return;
+    }
+    impl_->incoming.push_back(std::move(t));
+  }
+  curl_multi_wakeup(impl_->multi);
+}
+
+http_client_stats http_client::stats() const {
+  http_client_stats s;
+  s.requests = impl_->requests, s.completed = impl_->completed, s.failed = impl_->failed;
+  s.retries = impl_->retries, s.in_flight = impl_->in_flight, s.queued = impl_->queued;
+  return s;
+}
+
+void http_client::run() {
+  auto& im = *impl_;
+  const auto& o = im.opts;
+  auto finish = [&](std::unique_ptr<transfer> t, http_response r) {
+    r.attempts = t->attempts;
+    r.ms = ms_between(t->submitted, clock_type::now());
+    (r.ok() ? im.completed : im.failed)++;
+    t->done(std::move(r));
+  };
+  auto start = [&](std::unique_ptr<transfer> t, int ep) {
+    t->endpoint = ep;
+    t->attempts++;
+    t->answer.clear();
+    t->retry_after_s = -1;
+    t->too_large = false;
+    CURL* e = curl_easy_init();
+    std::string url = o.endpoints[static_cast<size_t>(ep)] + t->path;
+    curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->body.data());
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(t->body.size()));
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(o.timeout_s * 1000));
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(std::min(o.timeout_s, 10.0) * 1000));
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
+    curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
+    if (!t->headers) {
+      t->headers = curl_slist_append(nullptr, "Content-Type: application/json");
+      t->headers = curl_slist_append(t->headers, "Expect:"); // no 100-continue round trip
+      if (!o.bearer_token.empty())
+        t->headers =
+            curl_slist_append(t->headers, ("Authorization: Bearer " + o.bearer_token).c_str());
+    }
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
+    t->easy = e;
+    im.load[static_cast<size_t>(ep)]++;
+    im.in_flight++;
+    im.queued--;
+    curl_multi_add_handle(im.multi, e);
+    im.active[e] = std::move(t);
+  };
+  // The least-loaded endpoint with room, resting ones only when none other has room, and not the
+  // one a retry just failed on when another will do.
+  auto least_loaded = [&](int avoid = -1) -> int {
+    auto now = clock_type::now();
+    int best = -1;
+    int best_rank = 0;
+    for (size_t i = 0; i < im.load.size(); ++i) {
+      if (im.load[i] >= o.max_in_flight) continue;
+      int rank = (im.down_until[i] > now ? 2 : 0) + (static_cast<int>(i) == avoid ? 1 : 0);
+      if (best < 0 || rank < best_rank || (rank == best_rank && im.load[i] < im.load[size_t(best)]))
+        best = static_cast<int>(i), best_rank = rank;
+    }
+    return best;
+  };
+
+  for (;;) {
+    bool stop = false;
+    {
+      std::lock_guard<std::mutex> lock(im.mu);
+      stop = im.stopping;
+      while (!im.incoming.empty()) {
+        im.waiting.push_back(std::move(im.incoming.front()));
+        im.incoming.pop_front();
+      }
+    }
+    if (stop) break;
+    if (o.endpoints.empty()) {
+      for (auto& t : im.waiting) {
+        im.queued--;
+        http_response r;
+        r.error = "no endpoint configured";
+        finish(std::move(t), std::move(r));
+      }
+      im.waiting.clear();
+    }
+    // Start what may start, oldest first.
+    auto now = clock_type::now();
+    int wait_ms = 1000;
+    for (auto it = im.waiting.begin(); it != im.waiting.end();) {
+      if ((*it)->not_before > now) {
+        wait_ms = std::min<int>(wait_ms, static_cast<int>(ms_between(now, (*it)->not_before)) + 1);
+        ++it;
+        continue;
+      }
+      int ep = least_loaded((*it)->endpoint);
+      if (ep < 0) break; // every endpoint full: wait for a completion
+      start(std::move(*it), ep);
+      it = im.waiting.erase(it);
+    }
+    int running = 0;
+    curl_multi_perform(im.multi, &running);
+    int left = 0;
+    while (CURLMsg* m = curl_multi_info_read(im.multi, &left)) {
+      if (m->msg != CURLMSG_DONE) continue;
+      CURL* e = m->easy_handle;
+      CURLcode code = m->data.result;
+      curl_multi_remove_handle(im.multi, e);
+      auto node = im.active.extract(e);
+      auto t = std::move(node.mapped());
+      long status = 0;
+      curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+      curl_easy_cleanup(e);
+      t->easy = nullptr;
+      im.load[static_cast<size_t>(t->endpoint)]--;
+      im.in_flight--;
+      http_response r;
+      r.status = static_cast<int>(status);
+      r.endpoint = o.endpoints[static_cast<size_t>(t->endpoint)];
+      bool retry = false;
+      if (code != CURLE_OK) {
+        r.status = 0;
+        r.error = t->too_large ? "answer larger than " + std::to_string(t->max_body) + " bytes"
+                               : std::string(curl_easy_strerror(code));
+        retry = !t->too_large;
+      } else if (retryable_status(status)) {
+        r.error = "HTTP " + std::to_string(status);
+        retry = true;
+      } else if (status < 200 || status >= 300) {
+        r.error = "HTTP " + std::to_string(status);
+      }
+      r.body = std::move(t->answer);
+      auto ep = static_cast<size_t>(t->endpoint);
+      if (retry && (status == 0 || status >= 500)) {
+        int streak = std::min(++im.fail_streak[ep], 6);
+        im.down_until[ep] = clock_type::now() + std::chrono::milliseconds(std::min<int64_t>(
+                                                    5000, int64_t(o.backoff_s * 1000) << streak));
+      } else if (!retry) {
+        im.fail_streak[ep] = 0;
+      }
+      if (retry && t->attempts < o.max_attempts) {
+        double delay = std::min(o.backoff_max_s, o.backoff_s * double(1 << (t->attempts - 1)));
+        if (t->retry_after_s >= 0) delay = std::min(o.backoff_max_s, t->retry_after_s);
+        t->not_before = clock_type::now() + std::chrono::microseconds(int64_t(delay * 1e6));
+        im.retries++;
+        im.queued++;
+        im.waiting.push_back(std::move(t));
+        continue;
+      }
+      if (!r.error.empty() && t->attempts > 1)
+        r.error += " (after " + std::to_string(t->attempts) + " attempts)";
+      curl_slist_free_all(t->headers);
+      t->headers = nullptr;
+      finish(std::move(t), std::move(r));
+    }
+    if (!im.waiting.empty() && least_loaded() >= 0)
+      wait_ms = std::min(wait_ms, 50); // a backoff may end, or a slot just freed
+    int fds = 0;
+    curl_multi_poll(im.multi, nullptr, 0, std::max(1, wait_ms), &fds);
+  }
+  // Stopping: everything still owned fails once.
+  for (auto& [e, t] : im.active) {
+    curl_multi_remove_handle(im.multi, e);
+    curl_easy_cleanup(e);
+    curl_slist_free_all(t->headers);
+    http_response r;
+    r.error = "client stopped";
+    finish(std::move(t), std::move(r));
+  }
+  im.active.clear();
+  std::deque<std::unique_ptr<transfer>> rest;
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    rest.swap(im.incoming);
+  }
+  for (auto& t : rest) im.waiting.push_back(std::move(t));
+  for (auto& t : im.waiting) {
+    curl_slist_free_all(t->headers);
+    http_response r;
+    r.error = "client stopped";
+    finish(std::move(t), std::move(r));
+  }
+  im.waiting.clear();
+}
+
+} // namespace kiln

@@ -1,0 +1,87 @@
+#include "llm/prompt.hpp"
+
+#include "kiln/embedded_skill.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace kiln {
+
+namespace {
+
+std::string init_text(const tensor_decl& d) {
+  switch (d.init) {
+  case init_kind::uniform: return "uniform in [0, 1)";
+  case init_kind::normal: return "normal(0, 1)";
+  case init_kind::randint:
+    return "integers in [" + std::to_string(d.lo) + ", " + std::to_string(d.hi) + ")";
+  case init_kind::ones: return "ones";
+  case init_kind::zeros: return "zeros";
+  case init_kind::kaiming_uniform: return "kaiming_uniform (torch.nn's default for weights)";
+  case init_kind::bias_uniform: return "bias_uniform (fan-in of " + d.of + ")";
+  }
+  return "?";
+}
+
+std::string ms(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g ms", v);
+  return b;
+}
+
+} // namespace
+
+std::string llm_system_prompt(backend_kind backend) {
+  std::string s = embedded_llm_skill_md;
+  s += "\n## The ABI header\n\n```c\n";
+  s += backend == backend_kind::cuda ? embedded_llm_cuda_abi_h : embedded_llm_kiln_abi_h;
+  s += "```\n";
+  return s;
+}
+
+std::string llm_task_prompt(const task& t, backend_kind backend, std::optional<double> eager_ms,
+                            std::optional<double> compile_ms) {
+  std::ostringstream o;
+  o << "Task `" << t.name << "` (level " << t.level << "), backend " << to_string(backend)
+    << ", dtype " << to_string(t.type) << ".\n\n";
+  auto decls = [&](const char* title, const std::vector<tensor_decl>& v, const char* array) {
+    if (v.empty()) return;
+    o << title << " (in this order in `" << array << "`):\n";
+    for (const auto& d : v)
+      o << "- " << d.name << ": " << to_string(d.shape) << ", " << init_text(d) << "\n";
+    o << "\n";
+  };
+  decls("Inputs, fresh random values every call", t.inputs, "inputs");
+  decls("Params, fixed for the task", t.params, "params");
+  o << "The computation, one torch op per line (torch / torch.nn.functional semantics; the "
+       "comment is the result's shape):\n\n```python\n";
+  for (const auto& op : t.ops) {
+    o << op.out << " = " << op.op << "(";
+    bool first = true;
+    for (const auto& a : op.args) {
+      o << (first ? "" : ", ") << a;
+      first = false;
+    }
+    for (const auto& [k, v] : op.attrs) {
+      o << (first ? "" : ", ") << k << "=" << to_string(v);
+      first = false;
+    }
+    o << ")  # " << to_string(op.shape) << (op.is_index ? " int64" : "") << "\n";
+  }
+  o << "```\n\nOutputs (in this order in `outputs`): ";
+  for (size_t i = 0; i < t.outputs.size(); ++i) o << (i ? ", " : "") << t.outputs[i];
+  o << "\n\nTolerance: |kernel - reference| <= " << t.tol.atol << " + " << t.tol.rtol
+    << " * |reference| per element; reduced precision (TF32 / fp16 math) "
+    << (t.tol.reduced_precision ? "allowed" : "not allowed") << ".\n";
+  if (eager_ms || compile_ms) {
+    o << "Baselines on this device:";
+    if (eager_ms) o << " PyTorch eager " << ms(*eager_ms);
+    if (compile_ms) o << (eager_ms ? "," : "") << " torch.compile " << ms(*compile_ms);
+    o << ".\n";
+  }
+  o << "\nAnswer with one fenced code block holding the whole "
+    << (backend == backend_kind::cuda ? "CUDA C++" : "C++") << " program.\n";
+  return o.str();
+}
+
+} // namespace kiln

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""`kiln eval --policy llm` end to end on the cpu backend against the scripted server
+(tests/llm/mock_openai.py): every scripted behaviour in one run of ten tasks, two turns each,
+all episodes in flight together. Usage: test_llm_eval.py KILN"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def main():
+    kiln = sys.argv[1]
+    mock = subprocess.Popen([sys.executable, os.path.join(HERE, "mock_openai.py")],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(mock.stdout.readline().split()[1])
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "eval.json")
+            cmd = [kiln, "eval", "--policy", "llm", "--llm-endpoint", "http://127.0.0.1:%d" % port,
+                   "--llm-model", "mock", "--llm-timeout", "2", "--llm-attempts", "3",
+                   "--suite", os.path.join(ROOT, "tests", "data", "llm"), "--turns", "2",
+                   "--parallel", "10", "--cache-dir", os.path.join(tmp, "cache"), "--json", out]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            sys.stdout.write(p.stdout[-4000:])
+            sys.stderr.write(p.stderr[-6000:])
+            assert p.returncode == 0, "kiln eval exited %d" % p.returncode
+            res = json.load(open(out))[0]
+    finally:
+        mock.kill()
+        mock.wait()
+    rows = {t["task"]: t for t in res["tasks"]}
+    print(json.dumps({k: (v["outcome"], v.get("turns"), v.get("message", "")[:80])
+                      for k, v in rows.items()}, indent=1))
+    assert res["policy"] == "llm" and res["turns"] == 2
+    assert len(rows) == 10, sorted(rows)
+    for t in ("llm_correct", "llm_flaky500", "llm_429", "llm_drop", "llm_stall"):
+        assert rows[t]["outcome"] == "correct", (t, rows[t])
+        assert rows[t]["kernel_ms"] > 0
+    fix = rows["llm_fix"]
+    assert fix["outcome"] == "correct", fix  # the compile error came back and was fixed
+    assert fix.get("turns") == 2, fix
+    assert rows["llm_noblock"]["outcome"] == "compile_error", rows["llm_noblock"]
+    assert "no fenced code block" in rows["llm_noblock"].get("message", ""), rows["llm_noblock"]
+    assert rows["llm_hostile"]["outcome"] == "input_mutated", rows["llm_hostile"]
+    for t, why in (("llm_malformed", "not valid JSON"), ("llm_down", "HTTP 503")):
+        r = rows[t]
+        assert r["outcome"] != "correct", r
+        assert why in r.get("message", ""), (t, r)
+    print("ok: 10 scripted behaviours, each with its outcome")
+
+
+if __name__ == "__main__":
+    main()
