@@ -251,13 +251,26 @@ void emit_gemm(gen& g, const group& grp, const gemm_desc& d, const string& dst) 
     << "   }\n  });\n";
 }
 
+// The extents, kernel, stride, padding and dilation of a conv as constexpr lines (3-d padded).
+string conv_constants(const conv_geometry& cg) {
+  std::ostringstream o;
+  const auto &in = cg.in, &ker = cg.ker, &out = cg.out;
+  const auto &st = cg.stride, &pd = cg.pad, &dl = cg.dilation;
+  o << "  constexpr int64_t ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2]
+    << ", OD = " << out[0] << ", OH = " << out[1] << ", OW = " << out[2] << ", KD = " << ker[0]
+    << ", KH = " << ker[1] << ", KW = " << ker[2] << ";\n"
+    << "  constexpr int64_t SD = " << st[0] << ", SH = " << st[1] << ", SW = " << st[2]
+    << ", PD = " << pd[0] << ", PH = " << pd[1] << ", PW = " << pd[2] << ", DD = " << dl[0]
+    << ", DH = " << dl[1] << ", DW = " << dl[2] << ";\n";
+  return o.str();
+}
+
 // ---- conv / conv_transpose: direct loops; 1d / 2d pad to 3d with unit dims ----
 void emit_conv(gen& g, const group& grp, const op_node& op, const string& dst) {
   auto& o = g.o;
   const conv_geometry cg = conv_geometry_of(g.t, op);
   const bool transposed = cg.transposed;
-  const auto &in = cg.in, &ker = cg.ker, &out = cg.out;
-  const auto &st = cg.stride, &pd = cg.pad, &dl = cg.dilation;
+  const auto& out = cg.out;
   const int64_t groups = cg.groups, ci = cg.ci, co = cg.co, batch = cg.batch;
   int64_t tm = grp.get(knob::tile_m, 16), tn = grp.get(knob::tile_n, 16),
           unroll = grp.get(knob::unroll, 1);
@@ -269,14 +282,8 @@ void emit_conv(gen& g, const group& grp, const op_node& op, const string& dst) {
   o << epilogue(g, grp);
   o << "  constexpr int64_t CI = " << ci << ", CO = " << co << ", G = " << groups
     << ", CIG = " << ci / groups << ", COG = " << cog << ";\n"
-    << "  constexpr int64_t ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2]
-    << ", OD = " << out[0] << ", OH = " << out[1] << ", OW = " << out[2] << ", KD = " << ker[0]
-    << ", KH = " << ker[1] << ", KW = " << ker[2] << ";\n"
-    << "  constexpr int64_t SD = " << st[0] << ", SH = " << st[1] << ", SW = " << st[2]
-    << ", PD = " << pd[0] << ", PH = " << pd[1] << ", PW = " << pd[2] << ", DD = " << dl[0]
-    << ", DH = " << dl[1] << ", DW = " << dl[2] << ";\n"
-    << "  constexpr int64_t P = " << lit(p) << ", TM = " << tm << ", TN = " << tn << ", MB = " << mb
-    << ", PB = " << lit(pb) << ";\n"
+    << conv_constants(cg) << "  constexpr int64_t P = " << lit(p) << ", TM = " << tm
+    << ", TN = " << tn << ", MB = " << mb << ", PB = " << lit(pb) << ";\n"
     << "  const float* X = " << g.ptr(op.args[0]) << ";\n  const float* W = " << g.ptr(op.args[1])
     << ";\n"
     << "  pfor(host, " << lit(batch * groups * mb * pb) << ", 1, [&](int64_t wb, int64_t we) {\n"
@@ -350,7 +357,6 @@ void emit_library_conv(gen& g, const group& grp, const op_node& op, const string
   auto& o = g.o;
   const conv_geometry cg = conv_geometry_of(g.t, op);
   const auto &in = cg.in, &ker = cg.ker, &out = cg.out;
-  const auto &st = cg.stride, &pd = cg.pad, &dl = cg.dilation;
   int64_t precision = grp.get(knob::precision, 0);
   const string rnd = rounding(precision);
   int64_t taps = ker[0] * ker[1] * ker[2], cig = cg.ci / cg.groups, cog = cg.co / cg.groups;
@@ -360,14 +366,8 @@ void emit_library_conv(gen& g, const group& grp, const op_node& op, const string
   o << epilogue(g, grp);
   o << "  constexpr int64_t CI = " << cg.ci << ", CO = " << cg.co << ", G = " << cg.groups
     << ", CIG = " << cig << ", COG = " << cog << ", TAPS = " << taps << ", KK = " << kk << ";\n"
-    << "  constexpr int64_t ID = " << in[0] << ", IH = " << in[1] << ", IW = " << in[2]
-    << ", OD = " << out[0] << ", OH = " << out[1] << ", OW = " << out[2] << ", KD = " << ker[0]
-    << ", KH = " << ker[1] << ", KW = " << ker[2] << ";\n"
-    << "  constexpr int64_t SD = " << st[0] << ", SH = " << st[1] << ", SW = " << st[2]
-    << ", PD = " << pd[0] << ", PH = " << pd[1] << ", PW = " << pd[2] << ", DD = " << dl[0]
-    << ", DH = " << dl[1] << ", DW = " << dl[2] << ";\n"
-    << "  constexpr int64_t PIN = " << lit(pin) << ", P = " << lit(pout) << ", PC = " << lit(pc)
-    << ", NPOS = " << lit(positions) << ";\n"
+    << conv_constants(cg) << "  constexpr int64_t PIN = " << lit(pin) << ", P = " << lit(pout)
+    << ", PC = " << lit(pc) << ", NPOS = " << lit(positions) << ";\n"
     << "  const float* X = " << g.ptr(op.args[0]) << ";\n  const float* W = " << g.ptr(op.args[1])
     << ";\n"
     << "  float* col = (float*)host->alloc(host, " << lit(kk * pc * 4) << ");\n"

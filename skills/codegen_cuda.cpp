@@ -277,6 +277,13 @@ void emit_elementwise(gen& g, const group& grp, const string& name, const string
 // ---- gemm / library ----
 using gemm_desc = gemm_shape; // operands are value names (codegen_common.hpp)
 
+gemm_precision library_precision(const group& grp) {
+  int64_t p = grp.get(knob::precision, 0);
+  return p == 1   ? gemm_precision::tf32
+         : p == 2 ? gemm_precision::fp16_accumulate
+                  : gemm_precision::fp32;
+}
+
 void emit_library(gen& g, const group& grp, const string& pfx, const gemm_desc& d,
                   const string& dst) {
   string a = g.sym_of(d.a), b = g.sym_of(d.b);
@@ -307,10 +314,7 @@ void emit_library(gen& g, const group& grp, const string& pfx, const gemm_desc& 
   gs.a = g.buffers[a].ref;
   gs.b = g.buffers[b].ref;
   gs.c = g.buffers[dst].ref;
-  int64_t precision = grp.get(knob::precision, 0);
-  gs.precision = precision == 1   ? gemm_precision::tf32
-                 : precision == 2 ? gemm_precision::fp16_accumulate
-                                  : gemm_precision::fp32;
+  gs.precision = library_precision(grp);
   plan_step st;
   st.k = plan_step::kind::gemm;
   st.gemm = gs;
@@ -489,10 +493,7 @@ void emit_library_conv(gen& g, const group& grp, const string& pfx, const op_nod
   cs.x = g.buffers[g.sym_of(op.args[0])].ref;
   cs.w = g.buffers[g.sym_of(op.args[1])].ref;
   cs.y = g.buffers[dst].ref;
-  int64_t precision = grp.get(knob::precision, 0);
-  cs.precision = precision == 1   ? gemm_precision::tf32
-                 : precision == 2 ? gemm_precision::fp16_accumulate
-                                  : gemm_precision::fp32;
+  cs.precision = library_precision(grp);
   plan_step st;
   st.k = plan_step::kind::conv;
   st.conv = cs;
