@@ -1,0 +1,52 @@
+#include "data/task_check.hpp"
+#include "data/task_parse.hpp"
+#include "llm/prompt.hpp"
+
+#include <doctest/doctest.h>
+
+using namespace kiln;
+
+TEST_CASE(
+    "the task prompt states inputs, params, ops with attrs and shapes, tolerance, baselines") {
+  auto t = task_from_toml(R"(
+name = "conv_relu"
+level = 2
+dtype = "float32"
+outputs = ["y"]
+[[inputs]]
+name = "x"
+shape = [2, 3, 8, 8]
+init = "normal"
+[[params]]
+name = "w"
+shape = [4, 3, 3, 3]
+init = "kaiming_uniform"
+[[ops]]
+out = "c"
+op = "conv2d"
+args = ["x", "w"]
+attrs = { stride = 1, padding = 1 }
+[[ops]]
+out = "y"
+op = "relu"
+args = ["c"]
+)",
+                          "inline.toml");
+  REQUIRE_MESSAGE(t, t.message());
+  REQUIRE(check_task(*t));
+  auto p = llm_task_prompt(*t, backend_kind::cpu, 2.5, 1.25);
+  CHECK(p.find("Task `conv_relu` (level 2), backend cpu") != std::string::npos);
+  CHECK(p.find("- x: [2, 3, 8, 8], normal(0, 1)") != std::string::npos);
+  CHECK(p.find("- w: [4, 3, 3, 3], kaiming_uniform") != std::string::npos);
+  CHECK(p.find("c = conv2d(x, w, padding=1, stride=1)  # [2, 4, 8, 8]") != std::string::npos);
+  CHECK(p.find("y = relu(c)  # [2, 4, 8, 8]") != std::string::npos);
+  CHECK(p.find("not allowed") != std::string::npos);
+  CHECK(p.find("PyTorch eager 2.5 ms, torch.compile 1.25 ms") != std::string::npos);
+  CHECK(llm_task_prompt(*t, backend_kind::cuda, std::nullopt, std::nullopt).find("Baselines") ==
+        std::string::npos);
+
+  auto cpu = llm_system_prompt(backend_kind::cpu), cuda = llm_system_prompt(backend_kind::cuda);
+  CHECK(cpu.find("Writing kernels for Kiln") != std::string::npos);
+  CHECK(cpu.find("typedef struct kiln_host") != std::string::npos); // the cpu ABI header
+  CHECK(cuda.find("kiln_cuda_run_fn") != std::string::npos);        // the cuda one
+}
