@@ -99,11 +99,11 @@ int cmd_eval(const common_args& common, const eval_args& args) {
   eo.llm.timeout_s = args.llm_timeout_s;
   eo.llm.max_in_flight = args.llm_in_flight;
   eo.llm.max_attempts = args.llm_attempts;
-  eo.llm.temperature = args.temperature;
   if (const char* key = std::getenv(args.llm_key_env.c_str())) eo.llm.bearer_token = key;
   for (const auto& p : policies) {
     std::vector<eval_row> rows;
-    if (episodes || p.llm) { // an LLM always answers through episodes
+    const bool via_episodes = episodes || p.llm; // an LLM always answers through episodes
+    if (via_episodes) {
       auto r = evaluate_policy_episodes(sys, *pool_actor, cfg->backend, set.tasks, p, eo,
                                         baselines ? &*baselines : nullptr);
       if (!r) {
@@ -116,7 +116,7 @@ int cmd_eval(const common_args& common, const eval_args& args) {
                              baselines ? &*baselines : nullptr);
     }
     out.push_back(summary_json(p.name, suite_name, args.backend, rows));
-    if (episodes || p.llm) {
+    if (via_episodes) {
       out.back()["samples"] = args.samples;
       out.back()["turns"] = args.turns;
     }

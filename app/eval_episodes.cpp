@@ -22,6 +22,11 @@ namespace kiln {
 
 namespace {
 
+// One sample: greedy, deterministic; several: sampled (checkpoints and LLMs alike).
+double sampling_temperature(const episode_eval_options& o) {
+  return o.temperature >= 0 ? o.temperature : (o.samples > 1 ? 1.0 : 0.0);
+}
+
 expected<std::unique_ptr<token_policy>> make_policy(const policy_spec& p, backend_kind backend,
                                                     const episode_eval_options& o) {
   if (!p.sources_dir.empty())
@@ -32,8 +37,7 @@ expected<std::unique_ptr<token_policy>> make_policy(const policy_spec& p, backen
   if (p.checkpoint.empty()) return make_expert_policy(backend);
   model_policy_options mo;
   mo.checkpoint = p.checkpoint;
-  // One sample: the greedy program, deterministic; several: samples from the policy.
-  mo.temperature = o.temperature >= 0 ? o.temperature : (o.samples > 1 ? 1.0 : 0.0);
+  mo.temperature = sampling_temperature(o);
   auto m = model_policy::create(mo);
   if (!m) return error{"checkpoint " + p.checkpoint + ": " + m.message()};
   return std::unique_ptr<token_policy>(std::move(*m));
@@ -53,7 +57,7 @@ evaluate_policy_episodes(caf::actor_system& sys, const caf::actor& pool, backend
       return error{"--policy llm needs --llm-endpoint and --llm-model"};
     auto lc = o.llm;
     lc.backend = backend;
-    if (lc.temperature < 0) lc.temperature = o.samples > 1 ? 1.0 : 0.0;
+    lc.temperature = sampling_temperature(o);
     server = spawn_llm_policy_server(sys, std::move(lc));
 #else
     return error{"--policy llm: this build has no LLM policies (libcurl was not found)"};

@@ -222,14 +222,14 @@ void on_program(episode_actor* self, gen_reply& rep) {
     text = std::move(rep.submission);
   } else {
     text = program_text(rep.tokens_begin(), rep.tokens_end());
-  }
-  if (!st.a.cfg->text_policy && !rep.complete) {
-    // Cut at the token cap: it cannot parse; no pool round trip for it.
-    auto parsed = parse_program(text);
-    outcome o;
-    o.kind = outcome_kind::compile_error;
-    o.message = parsed ? "program too long" : parsed.message();
-    return on_outcome(self, o, rec);
+    if (!rep.complete) {
+      // Cut at the token cap: it cannot parse; no pool round trip for it.
+      auto parsed = parse_program(text);
+      outcome o;
+      o.kind = outcome_kind::compile_error;
+      o.message = parsed ? "program too long" : parsed.message();
+      return on_outcome(self, o, rec);
+    }
   }
   auto t_pool = clock_type::now();
   expect_reply(st, "pool", st.a.cfg->pool_timeout);

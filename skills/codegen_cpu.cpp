@@ -147,18 +147,23 @@ const char* rounding(int64_t precision) {
   return precision == 1 ? "kiln_tf32" : precision == 2 ? "kiln_fp16" : "";
 }
 
+// Reduced precision: `var` (a const float* of `count` elements) is pointed at a rounded copy, so
+// the library sees operands as the precision would round them.
+void emit_rounded_copy(gen& g, const string& var, int64_t count, int64_t precision) {
+  g.o << "  {\n    float* r = (float*)host->alloc(host, " << lit(count * 4) << ");\n"
+      << "    if (!r) return 2;\n    const float* s = " << var << ";\n"
+      << "    pfor(host, " << lit(count)
+      << ", 16384, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) r[i] = "
+      << rounding(precision) << "(s[i]); });\n    " << var << " = r;\n  }\n";
+}
+
 void emit_library(gen& g, const group& grp, const gemm_desc& d, const string& dst) {
   auto& o = g.o;
   int64_t precision = grp.get(knob::precision, 0);
   o << "  const float* A = " << d.a << ";\n  const float* B = " << d.b << ";\n";
-  if (precision != 0) { // reduced precision: the library sees rounded copies of its inputs
-    for (auto [name, count] : {std::pair<string, int64_t>{"A", d.a_numel}, {"B", d.b_numel}}) {
-      o << "  {\n    float* r = (float*)host->alloc(host, " << lit(count * 4) << ");\n"
-        << "    if (!r) return 2;\n    const float* s = " << name << ";\n"
-        << "    pfor(host, " << lit(count)
-        << ", 16384, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) r[i] = "
-        << rounding(precision) << "(s[i]); });\n    " << name << " = r;\n  }\n";
-    }
+  if (precision != 0) {
+    emit_rounded_copy(g, "A", d.a_numel, precision);
+    emit_rounded_copy(g, "B", d.b_numel, precision);
   }
   o << "  for (int64_t bi = 0; bi < " << lit(d.nb) << "; ++bi)\n"
     << "    host->sgemm(host, 0, " << (d.trans_b ? 1 : 0) << ", " << lit(d.m) << ", " << lit(d.n)
@@ -372,12 +377,8 @@ void emit_library_conv(gen& g, const group& grp, const op_node& op, const string
     << ";\n"
     << "  float* col = (float*)host->alloc(host, " << lit(kk * pc * 4) << ");\n"
     << "  if (!col) return 2;\n";
-  if (precision != 0) { // reduced precision: the library sees rounded weights and inputs
-    int64_t wn = prod(g.shape(op.args[1]));
-    o << "  {\n    float* r = (float*)host->alloc(host, " << lit(wn * 4) << ");\n"
-      << "    if (!r) return 2;\n"
-      << "    pfor(host, " << lit(wn) << ", 16384, [&](int64_t b, int64_t e) { for (int64_t i = b; "
-      << "i < e; ++i) r[i] = " << rnd << "(W[i]); });\n    W = r;\n  }\n";
+  if (precision != 0) { // rounded weights; the inputs are rounded as they are gathered
+    emit_rounded_copy(g, "W", prod(g.shape(op.args[1])), precision);
     if (cg.transposed) // the rounded input chunk of each GEMM
       o << "  float* xr = (float*)host->alloc(host, " << lit(cig * pc * 4) << ");\n"
         << "  if (!xr) return 2;\n";

@@ -284,6 +284,28 @@ gemm_precision library_precision(const group& grp) {
                   : gemm_precision::fp32;
 }
 
+// The kernel after a library step (GEMM or conv) has written dst: in place, the bias (read at
+// index (q / bias_div) % bias_mod of output q) and the group's chain; none when neither applies.
+void emit_library_epilogue(gen& g, const group& grp, const string& pfx, const string& dst,
+                           int64_t total, const string& bias, int64_t bias_div, int64_t bias_mod) {
+  if (grp.num_ops == 1 && bias.empty()) return;
+  kernel_builder kb;
+  kb.name = pfx + "_epilogue";
+  emit_driver(
+      g, kb, dst, total, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256), [&](int64_t V) {
+        std::ostringstream s;
+        g.use(kb, dst, false);
+        s << "      kld<" << V << ">(" << dst << " + i, r);\n";
+        if (!bias.empty()) {
+          string q = bias_div == 1 ? "(i + l)" : "((i + l) / " + lit(bias_div) + ")";
+          s << "#pragma unroll\n      for (int l = 0; l < " << V
+            << "; ++l) r[l] += " << g.rd(kb, bias) << "[" << q << " % " << bias_mod << "];\n";
+        }
+        s << epilogue(g, kb, grp, V);
+        return s.str();
+      });
+}
+
 void emit_library(gen& g, const group& grp, const string& pfx, const gemm_desc& d,
                   const string& dst) {
   string a = g.sym_of(d.a), b = g.sym_of(d.b);
@@ -319,23 +341,7 @@ void emit_library(gen& g, const group& grp, const string& pfx, const gemm_desc& 
   st.k = plan_step::kind::gemm;
   st.gemm = gs;
   g.prog.plan.steps.push_back(st);
-  if (grp.num_ops == 1 && d.bias.empty()) return;
-  kernel_builder kb;
-  kb.name = pfx + "_epilogue";
-  int64_t total = d.nb * d.m * d.n;
-  emit_driver(g, kb, dst, total, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256),
-              [&](int64_t V) {
-                std::ostringstream s;
-                g.use(kb, dst, false);
-                s << "      kld<" << V << ">(" << dst << " + i, r);\n";
-                if (!d.bias.empty()) {
-                  string bias = g.rd(kb, d.bias);
-                  s << "#pragma unroll\n      for (int l = 0; l < " << V
-                    << "; ++l) r[l] += " << bias << "[(i + l) % " << d.n << "];\n";
-                }
-                s << epilogue(g, kb, grp, V);
-                return s.str();
-              });
+  emit_library_epilogue(g, grp, pfx, dst, d.nb * d.m * d.n, d.bias, 1, d.n);
 }
 
 // Generated GEMM: a TM x TN tile per block, TX x TY threads each owning an RM x RN micro-tile
@@ -498,23 +504,9 @@ void emit_library_conv(gen& g, const group& grp, const string& pfx, const op_nod
   st.k = plan_step::kind::conv;
   st.conv = cs;
   g.prog.plan.steps.push_back(st);
-  bool bias = op.args.size() > 2;
-  if (grp.num_ops == 1 && !bias) return;
   int64_t p = cg.out[0] * cg.out[1] * cg.out[2];
-  kernel_builder kb;
-  kb.name = pfx + "_epilogue";
-  emit_driver(g, kb, dst, cg.batch * cg.co * p, grp.get(knob::vec, 1), 1, true,
-              grp.get(knob::block, 256), [&](int64_t V) {
-                std::ostringstream s;
-                g.use(kb, dst, false);
-                s << "      kld<" << V << ">(" << dst << " + i, r);\n";
-                if (bias)
-                  s << "#pragma unroll\n      for (int l = 0; l < " << V
-                    << "; ++l) r[l] += " << g.rd(kb, op.args[2]) << "[((i + l) / " << lit(p)
-                    << ") % " << cg.co << "];\n";
-                s << epilogue(g, kb, grp, V);
-                return s.str();
-              });
+  emit_library_epilogue(g, grp, pfx, dst, cg.batch * cg.co * p,
+                        op.args.size() > 2 ? op.args[2] : string(), p, cg.co);
 }
 
 // ---- conv / conv_transpose: direct; 1d / 2d pad to 3d with unit dims. A block owns TM output
