@@ -1,176 +1,19 @@
 #include "skills/codegen_cuda.hpp"
 
-#include "skills/codegen_common.hpp"
+#include "skills/codegen_cuda_gen.hpp"
 
-#include "data/op_vocab.hpp"
-#include "skills/grammar.hpp"
-
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <functional>
-#include <map>
-#include <sstream>
 
 namespace kiln {
 
+namespace cuda_gen {
+
 namespace {
-
-using std::string;
-
-constexpr int64_t kSms = 132; // H200 multiprocessors: grid caps, split choices
-constexpr int64_t kIntSafe =
-    (int64_t{1} << 31) - (int64_t{1} << 24); // int indices below this, with headroom
-constexpr int64_t kMaxGrid = 0x7fffffffLL;
-
-string lit(int64_t v) { return int_literal(v, cuda_dialect); }
-
-string flit(double v) { return float_literal(v, cuda_dialect); }
-
-int64_t prod(const shape_t& s, std::size_t from = 0, std::size_t to = SIZE_MAX) {
-  return shape_product(s, from, to);
-}
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-string bcast_index(const shape_t& operand, const shape_t& out, const string& i) {
-  return broadcast_index(operand, out, i, cuda_dialect);
-}
-
-// Tiles along an extent. bounds: ceil, guarded when ragged. No bounds: floor, the ragged rest left
-// unwritten (the unsafe knob fails as wrong output); a tile larger than the extent keeps its guard,
-// so nothing is ever touched out of bounds.
-struct tiling {
-  int64_t count;
-  bool guard;
-};
-tiling tiles(int64_t extent, int64_t tile, bool bounds) {
-  if (bounds) return {ceil_div(extent, tile), extent % tile != 0};
-  if (extent < tile) return {1, true};
-  return {extent / tile, false};
-}
-
-// Largest vector width <= want (8, 4, 2, 1) that divides every extent given.
-int64_t fit_vec(int64_t want, std::initializer_list<int64_t> extents) {
-  for (int64_t v : {8, 4, 2}) {
-    if (v > want) continue;
-    bool ok = true;
-    for (auto e : extents) ok = ok && e % v == 0;
-    if (ok) return v;
-  }
-  return 1;
-}
-
-struct kparam {
-  string sym;
-  bool read = false, written = false;
-};
-
-struct kernel_builder {
-  string name;
-  std::vector<kparam> params; // in order of first use
-  std::ostringstream body;
-  int64_t max_elems = 1;
-};
-
-struct buffer_info {
-  buffer_ref ref;
-  int64_t elems = 1;
-  bool is_int = false;
-};
-
-struct gen {
-  explicit gen(const task& task_)
-      : t(task_), value_sym(task_.ops.size()), is_output(task_.ops.size(), false) {}
-  const task& t;
-  cuda_program prog;
-  std::ostringstream kernels;
-  std::map<string, buffer_info> buffers; // symbol -> buffer
-  std::vector<string> value_sym;         // per op: the symbol of its storage
-  std::vector<bool> is_output;
-  std::vector<string> errors;
-
-  string sym_of(const string& name) const {
-    auto r = find_value(t, name);
-    switch (r.k) {
-    case value_ref::kind::input: return "I" + std::to_string(r.index);
-    case value_ref::kind::param: return "P" + std::to_string(r.index);
-    case value_ref::kind::op: return value_sym[r.index];
-    case value_ref::kind::none: break;
-    }
-    return "";
-  }
-  const shape_t& shape(const string& name) const { return value_shape(t, find_value(t, name)); }
-
-  string use(kernel_builder& kb, const string& sym, bool write) {
-    auto it = buffers.find(sym);
-    if (it == buffers.end()) {
-      errors.push_back("cuda backend: internal: no storage for a value read by " + kb.name);
-      return "nullptr";
-    }
-    kb.max_elems = std::max(kb.max_elems, it->second.elems);
-    for (auto& p : kb.params)
-      if (p.sym == sym) {
-        (write ? p.written : p.read) = true;
-        return sym;
-      }
-    kparam p;
-    p.sym = sym;
-    (write ? p.written : p.read) = true;
-    kb.params.push_back(p);
-    return sym;
-  }
-  string rd(kernel_builder& kb, const string& value_name) {
-    return use(kb, sym_of(value_name), false);
-  }
-
-  string scratch(int64_t elems, bool is_int = false) {
-    elems = std::max<int64_t>(1, elems);
-    string sym = "S" + std::to_string(prog.plan.scratch_bytes.size());
-    buffer_info b;
-    b.ref = {buffer_kind::scratch, static_cast<int32_t>(prog.plan.scratch_bytes.size())};
-    b.elems = elems;
-    b.is_int = is_int;
-    buffers[sym] = b;
-    prog.plan.scratch_bytes.push_back(elems * (is_int ? 8 : 4));
-    return sym;
-  }
-
-  // Emits the kernel's source and its launch step.
-  void launch(kernel_builder& kb, int64_t grid, int64_t block, int64_t shared = 0) {
-    if (grid < 1 || grid > kMaxGrid) {
-      errors.push_back("cuda backend: kernel " + kb.name + " needs " + std::to_string(grid) +
-                       " blocks");
-      grid = 1;
-    }
-    kernel_step ks;
-    ks.kernel = kb.name;
-    ks.grid.x = static_cast<uint32_t>(grid);
-    ks.block.x = static_cast<uint32_t>(block);
-    ks.shared_bytes = static_cast<uint32_t>(shared);
-    auto& o = kernels;
-    o << "extern \"C\" __global__ void __launch_bounds__(" << block << ") " << kb.name << "(";
-    for (std::size_t i = 0; i < kb.params.size(); ++i) {
-      const auto& p = kb.params[i];
-      const auto& b = buffers[p.sym];
-      o << (i ? ", " : "") << (p.written ? "" : "const ") << (b.is_int ? "long long" : "float")
-        << "* __restrict__ " << p.sym;
-      kernel_arg a;
-      a.buffer = b.ref;
-      a.mode = p.written ? (p.read ? access::read_write : access::write) : access::read;
-      ks.args.push_back(a);
-    }
-    o << ") {\n  typedef " << (kb.max_elems >= kIntSafe ? "long long" : "int") << " I;\n"
-      << kb.body.str() << "}\n\n";
-    plan_step st;
-    st.kernel = std::move(ks);
-    prog.plan.steps.push_back(std::move(st));
-  }
-};
-
 string elementwise_formula(const op_node& op) {
   return kiln::elementwise_formula(op, cuda_dialect);
 }
+} // namespace
 
 // Code applying ops [from, to] to the V lanes r[0..V) at output indices i .. i + V - 1. An argument
 // that is the previous op of the chain reads the register; a full-shape operand is a vector load; a
@@ -249,6 +92,8 @@ void emit_driver(gen& g, kernel_builder& kb, const string& dst, int64_t n, int64
   int64_t cap = 4 * kSms * std::max<int64_t>(1, 2048 / block);
   g.launch(kb, std::clamp<int64_t>(ceil_div(units, per_block), 1, cap), block);
 }
+
+namespace {
 
 // A plain copy of n floats (task outputs that are views or repeated).
 void emit_copy(gen& g, const string& name, const string& dst, const string& src, int64_t n) {
@@ -687,456 +532,6 @@ void emit_pool(gen& g, const group& grp, const string& pfx, const op_node& op, c
               });
 }
 
-// How many threads of a row kernel a block holds: threads 32 puts four rows (warps) in a block.
-int64_t rows_per_block(int64_t T) { return T == 32 ? 4 : 1; }
-
-// The row index and lane of a row kernel; rows past the end return (warp-only reductions there).
-string row_header(int64_t T, int64_t rows) {
-  std::ostringstream o;
-  o << "  constexpr int T = " << T << ";\n"
-    << "  const I row = (I)blockIdx.x * " << rows_per_block(T) << " + threadIdx.x / T;\n"
-    << "  const int tid = threadIdx.x % T;\n";
-  if (rows_per_block(T) > 1) o << "  if (row >= " << lit(rows) << ") return;\n";
-  return o.str();
-}
-
-// ---- norms: each statistics row is SEGS segments of LEN contiguous elements, SA apart, starting
-// at row * BM; the affine parameter of linear index i is widx(i). ----
-struct norm_geom {
-  int64_t rows = 1, segs = 1, len = 1, sa = 0, bm = 1, count = 1;
-  int64_t s = 1, channels = 1; // widx: (i / s) % channels, or i % len for layer / rms norm
-  bool by_channel = true;
-  string widx(const string& i) const {
-    return by_channel ? "((" + i + ") / " + lit(s) + ") % " + lit(channels)
-                      : "(" + i + ") % " + lit(len);
-  }
-  // The stats row of linear index i.
-  string row_of(const string& i, op_family f) const {
-    if (f == op_family::batch_norm) return "((" + i + ") / " + lit(len) + ") % " + lit(rows);
-    return "(" + i + ") / " + lit(len);
-  }
-};
-
-norm_geom norm_geometry(const op_node& op, const op_info& info, const shape_t& x) {
-  norm_geom n;
-  int64_t total = prod(x);
-  switch (info.family) {
-  case op_family::batch_norm: {
-    int64_t s = total / (x[0] * x[1]);
-    n.rows = x[1], n.segs = x[0], n.len = s, n.sa = x[1] * s, n.bm = s;
-    n.s = s, n.channels = x[1];
-    break;
-  }
-  case op_family::group_norm: {
-    int64_t s = x.size() > 2 ? total / (x[0] * x[1]) : 1, ng = attr_int(op.attrs, "num_groups", 1);
-    n.rows = x[0] * ng, n.len = total / n.rows, n.bm = n.len;
-    n.s = s, n.channels = x[1];
-    break;
-  }
-  case op_family::instance_norm: {
-    int64_t s = total / (x[0] * x[1]);
-    n.rows = x[0] * x[1], n.len = s, n.bm = s;
-    n.s = s, n.channels = x[1];
-    break;
-  }
-  default: { // layer_norm, rms_norm: the trailing normalized_shape
-    n.len = prod(attr_dims(op.attrs, "normalized_shape"));
-    n.rows = total / n.len, n.bm = n.len;
-    n.by_channel = false;
-    break;
-  }
-  }
-  n.count = n.segs * n.len;
-  return n;
-}
-
-// Normalizes lanes r[0..V) in place at indices i..: (x - mean) * rstd, then weight and bias.
-string norm_affine(gen& g, kernel_builder& kb, const op_node& op, const norm_geom& ng, int64_t V) {
-  std::ostringstream s;
-  string w = op.args.size() > 1 ? g.rd(kb, op.args[1]) : "",
-         b = op.args.size() > 2 ? g.rd(kb, op.args[2]) : "";
-  s << "#pragma unroll\n      for (int l = 0; l < " << V << "; ++l) {\n"
-    << "        float v = (r[l] - mean) * rstd;\n";
-  if (!w.empty()) s << "        v = v * " << w << "[" << ng.widx("i + l") << "];\n";
-  if (!b.empty()) s << "        v = v + " << b << "[" << ng.widx("i + l") << "];\n";
-  s << "        r[l] = v;\n      }\n";
-  return s.str();
-}
-
-// One pass over a row's elements for a norm's statistics, V at a time: segments [sg0, sg1), and
-// within each, elements from l0 (may be empty: 0) to l1, strided by the block; `body` sees xs[u].
-string stat_pass(const string& X, int64_t V, const string& sg0, const string& sg1, const string& l0,
-                 const string& l1, const string& body) {
-  return "  for (I sg = " + sg0 + "; sg < " + sg1 +
-         "; ++sg)\n    for (I l = " + (l0.empty() ? "" : l0 + " + ") + "(I)tid * " +
-         std::to_string(V) + "; l < " + l1 + "; l += T * " + std::to_string(V) +
-         ") {\n      float xs[" + std::to_string(V) + "];\n      kld<" + std::to_string(V) + ">(" +
-         X + " + base + sg * SA + l, xs);\n#pragma unroll\n      for (int u = 0; u < " +
-         std::to_string(V) + "; ++u) { " + body + " }\n    }\n";
-}
-
-void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info,
-               const string& dst) {
-  const shape_t& x = g.shape(op.args[0]);
-  norm_geom ng = norm_geometry(op, info, x);
-  bool rms = info.family == op_family::rms_norm;
-  bool onepass = grp.get(knob::onepass, 0) != 0 && !rms;
-  double eps = attr_real(op.attrs, "eps", rms ? 1.1920928955078125e-07 : 1e-5);
-  int64_t T = grp.get(knob::threads, 128);
-  int64_t V = fit_vec(grp.get(knob::vec, 1), {ng.len, ng.sa, ng.bm});
-  string cnt = flit(static_cast<double>(ng.count)), feps = flit(eps);
-  // Few long rows: split each row's statistics over P blocks (Chan's combination), then apply.
-  int64_t P = 1;
-  if (ng.rows < 2 * kSms && ng.count >= 65536) {
-    int64_t limit = ng.segs > 1 ? ng.segs : std::max<int64_t>(1, ng.len / (T * V * 4));
-    P = std::clamp<int64_t>(ceil_div(4 * kSms, ng.rows), 1, std::min<int64_t>(limit, 1024));
-  }
-  const string stat_body = string("const float x = xs[u]; st.v += ") + (rms ? "x * x" : "x") + ";" +
-                           (onepass ? " st.s += x * x;" : "");
-  const string sq_body = "const float d = xs[u] - mean; sq.v += d * d;";
-  if (P == 1) {
-    kernel_builder kb;
-    kb.name = pfx + "_norm";
-    auto& o = kb.body;
-    string X = g.rd(kb, op.args[0]);
-    o << "  __shared__ rstate sh[32];\n"
-      << row_header(T, ng.rows) << "  constexpr I SEGS = " << lit(ng.segs)
-      << ", LEN = " << lit(ng.len) << ", SA = " << lit(ng.sa) << ";\n"
-      << "  const I base = row * " << lit(ng.bm) << ";\n"
-      << "  rstate st = {0.f, 0.f, 0};\n"
-      << stat_pass(X, V, "0", "SEGS", "", "LEN", stat_body)
-      << "  st = kreduce<r_sum, T>(st, sh);\n";
-    if (rms) {
-      o << "  const float mean = 0.f, rstd = 1.f / sqrtf(st.v / " << cnt << " + " << feps << ");\n";
-    } else if (onepass) {
-      o << "  const float mean = st.v / " << cnt << ";\n"
-        << "  const float rstd = 1.f / sqrtf(kmax(st.s / " << cnt << " - mean * mean, 0.f) + "
-        << feps << ");\n";
-    } else {
-      o << "  const float mean = st.v / " << cnt << ";\n"
-        << "  rstate sq = {0.f, 0.f, 0};\n"
-        << stat_pass(X, V, "0", "SEGS", "", "LEN", sq_body) << "  sq = kreduce<r_sum, T>(sq, sh);\n"
-        << "  const float rstd = 1.f / sqrtf(sq.v / " << cnt << " + " << feps << ");\n";
-    }
-    g.use(kb, dst, true);
-    o << "  for (I sg = 0; sg < SEGS; ++sg)\n"
-      << "    for (I l = (I)tid * " << V << "; l < LEN; l += T * " << V << ") {\n"
-      << "      const I i = base + sg * SA + l;\n"
-      << "      float r[" << V << "];\n      kld<" << V << ">(" << X << " + i, r);\n"
-      << norm_affine(g, kb, op, ng, V) << epilogue(g, kb, grp, V) << "      kst<" << V << ">("
-      << dst << " + i, r);\n"
-      << "    }\n";
-    g.launch(kb, ceil_div(ng.rows, rows_per_block(T)), T * rows_per_block(T));
-    return;
-  }
-  // 1. partial statistics: block b = row * P + chunk -> (count, mean, M2) or (count, sum, sum of
-  // squares)
-  string part = g.scratch(ng.rows * P * 4), stats = g.scratch(ng.rows * 2);
-  {
-    kernel_builder kb;
-    kb.name = pfx + "_norm_part";
-    auto& o = kb.body;
-    string X = g.rd(kb, op.args[0]);
-    g.use(kb, part, true);
-    o << "  __shared__ rstate sh[32];\n"
-      << "  constexpr int T = " << T << ";\n"
-      << "  constexpr I P = " << P << ", SEGS = " << lit(ng.segs) << ", LEN = " << lit(ng.len)
-      << ", SA = " << lit(ng.sa) << ";\n"
-      << "  const I row = blockIdx.x / P, c = blockIdx.x % P;\n"
-      << "  const int tid = threadIdx.x;\n"
-      << "  const I base = row * " << lit(ng.bm) << ";\n";
-    if (ng.segs > 1)
-      o << "  const I s0 = (I)((long long)c * SEGS / P), s1 = (I)((long long)(c + 1) * SEGS / P), "
-           "l0 = 0, l1 = LEN;\n";
-    else
-      o << "  const I s0 = 0, s1 = 1, l0 = (I)((long long)c * (LEN / " << V << ") / P) * " << V
-        << ", l1 = (I)((long long)(c + 1) * (LEN / " << V << ") / P) * " << V << ";\n";
-    o << "  const float cnt = (float)((s1 - s0) * (l1 - l0));\n"
-      << "  rstate st = {0.f, 0.f, 0};\n"
-      << stat_pass(X, V, "s0", "s1", "l0", "l1", stat_body)
-      << "  st = kreduce<r_sum, T>(st, sh);\n";
-    if (!rms && !onepass) {
-      o << "  const float mean = cnt > 0.f ? st.v / cnt : 0.f;\n"
-        << "  rstate sq = {0.f, 0.f, 0};\n"
-        << stat_pass(X, V, "s0", "s1", "l0", "l1", sq_body) << "  sq = kreduce<r_sum, T>(sq, sh);\n"
-        << "  if (tid == 0) { " << part << "[blockIdx.x * 4] = cnt; " << part
-        << "[blockIdx.x * 4 + 1] = mean; " << part << "[blockIdx.x * 4 + 2] = sq.v; " << part
-        << "[blockIdx.x * 4 + 3] = 0.f; }\n";
-    } else {
-      o << "  if (tid == 0) { " << part << "[blockIdx.x * 4] = cnt; " << part
-        << "[blockIdx.x * 4 + 1] = st.v; " << part << "[blockIdx.x * 4 + 2] = st.s; " << part
-        << "[blockIdx.x * 4 + 3] = 0.f; }\n";
-    }
-    g.launch(kb, ng.rows * P, T);
-  }
-  // 2. one thread per row combines its chunks in order -> (mean, rstd)
-  {
-    kernel_builder kb;
-    kb.name = pfx + "_norm_stats";
-    auto& o = kb.body;
-    g.use(kb, part, false);
-    g.use(kb, stats, true);
-    o << "  const I row = (I)blockIdx.x * 128 + threadIdx.x;\n"
-      << "  if (row >= " << lit(ng.rows) << ") return;\n"
-      << "  const float* q = " << part << " + row * " << P * 4 << ";\n";
-    if (rms || onepass) {
-      o << "  float s1 = 0.f, s2 = 0.f;\n"
-        << "  for (int c = 0; c < " << P << "; ++c) { s1 += q[c * 4 + 1]; s2 += q[c * 4 + 2]; }\n";
-      if (rms)
-        o << "  const float mean = 0.f, rstd = 1.f / sqrtf(s1 / " << cnt << " + " << feps << ");\n";
-      else
-        o << "  const float mean = s1 / " << cnt << ";\n"
-          << "  const float rstd = 1.f / sqrtf(kmax(s2 / " << cnt << " - mean * mean, 0.f) + "
-          << feps << ");\n";
-    } else {
-      o << "  float n = 0.f, mean = 0.f, m2 = 0.f;\n"
-        << "  for (int c = 0; c < " << P << "; ++c) {\n"
-        << "    const float nb = q[c * 4], mb = q[c * 4 + 1], m2b = q[c * 4 + 2];\n"
-        << "    if (nb == 0.f) continue;\n"
-        << "    const float nn = n + nb, delta = mb - mean;\n"
-        << "    mean += delta * (nb / nn);\n"
-        << "    m2 += m2b + delta * delta * (n * nb / nn);\n"
-        << "    n = nn;\n"
-        << "  }\n"
-        << "  const float rstd = 1.f / sqrtf(m2 / " << cnt << " + " << feps << ");\n";
-    }
-    o << "  " << stats << "[row * 2] = mean;\n  " << stats << "[row * 2 + 1] = rstd;\n";
-    g.launch(kb, ceil_div(ng.rows, 128), 128);
-  }
-  // 3. apply, elementwise
-  kernel_builder kb;
-  kb.name = pfx + "_norm_apply";
-  string X = g.rd(kb, op.args[0]);
-  g.use(kb, stats, false);
-  int64_t n = prod(x);
-  emit_driver(g, kb, dst, n, fit_vec(grp.get(knob::vec, 1), {n, ng.len}), 1, true, 256,
-              [&](int64_t v) {
-                std::ostringstream s;
-                s << "      kld<" << v << ">(" << X << " + i, r);\n"
-                  << "#pragma unroll\n      for (int l = 0; l < " << v << "; ++l) {\n"
-                  << "        const I row = " << ng.row_of("i + l", info.family) << ";\n"
-                  << "        const float mean = " << stats << "[row * 2], rstd = " << stats
-                  << "[row * 2 + 1];\n"
-                  << "        r[l] = (r[l] - mean) * rstd;\n      }\n"
-                  << "      {\n        const float mean = 0.f, rstd = 1.f;\n"
-                  << norm_affine(g, kb, op, ng, v) << "      }\n"
-                  << epilogue(g, kb, grp, v);
-                return s.str();
-              });
-}
-
-// ---- softmax / log_softmax / cumsum along one dim: rows of L elements IN apart ----
-void emit_softmax_like(gen& g, const group& grp, const string& pfx, const op_node& op,
-                       const op_info& info, const string& dst) {
-  const shape_t& x = g.shape(op.args[0]);
-  bool cumsum = info.family == op_family::cumsum;
-  int64_t dim = attr_int(op.attrs, "dim", cumsum ? 0 : -1);
-  normalize_dim(dim, x.size());
-  int64_t len = x.empty() ? 1 : x[dim], inner = x.empty() ? 1 : prod(x, dim + 1),
-          outer = x.empty() ? 1 : prod(x, 0, dim);
-  int64_t T = grp.get(knob::threads, 128);
-  bool log = op.op == "log_softmax";
-  kernel_builder kb;
-  kb.name = pfx + (cumsum ? "_cumsum" : "_softmax");
-  auto& o = kb.body;
-  string X = g.rd(kb, op.args[0]);
-  if (inner > 1) { // one thread per column: coalesced across the inner dim
-    int64_t cols = outer * inner, block = std::max<int64_t>(T, 64);
-    g.use(kb, dst, true);
-    o << "  const I c = (I)blockIdx.x * " << block << " + threadIdx.x;\n"
-      << "  if (c >= " << lit(cols) << ") return;\n"
-      << "  constexpr I L = " << lit(len) << ", IN = " << lit(inner) << ";\n"
-      << "  const I base = (c / IN) * (L * IN) + c % IN;\n";
-    if (cumsum) {
-      o << "  float acc = 0.f;\n"
-        << "  for (I l = 0; l < L; ++l) {\n"
-        << "    const I i = base + l * IN;\n"
-        << "    acc += " << X << "[i];\n"
-        << "    float r[1] = {acc};\n"
-        << "    {\n"
-        << epilogue(g, kb, grp, 1) << "    }\n"
-        << "    " << dst << "[i] = r[0];\n  }\n";
-    } else {
-      o << "  rstate st = r_lse::init();\n"
-        << "  for (I l = 0; l < L; ++l) r_lse::add(st, " << X << "[base + l * IN], 0);\n"
-        << "  const float m = st.v, inv = 1.f / st.s, ls = logf(st.s);\n"
-        << "  for (I l = 0; l < L; ++l) {\n"
-        << "    const I i = base + l * IN;\n"
-        << "    float r[1] = {" << (log ? X + "[i] - m - ls" : "expf(" + X + "[i] - m) * inv")
-        << "};\n"
-        << "    {\n"
-        << epilogue(g, kb, grp, 1) << "    }\n"
-        << "    " << dst << "[i] = r[0];\n  }\n";
-    }
-    g.launch(kb, ceil_div(cols, block), block);
-    return;
-  }
-  int64_t V = fit_vec(grp.get(knob::vec, 1), {len});
-  o << row_header(T, outer) << "  constexpr I L = " << lit(len) << ";\n  const I base = row * L;\n";
-  g.use(kb, dst, true);
-  if (cumsum) {
-    o << "  __shared__ float sh[32];\n"
-      << "  float carry = 0.f;\n"
-      << "  for (I t0 = 0; t0 < L; t0 += T * " << V << ") {\n"
-      << "    const I l0 = t0 + (I)tid * " << V << ";\n"
-      << "    float xs[" << V << "];\n"
-      << "    if (l0 < L) kld<" << V << ">(" << X << " + base + l0, xs);\n"
-      << "    else for (int u = 0; u < " << V << "; ++u) xs[u] = 0.f;\n"
-      << "#pragma unroll\n    for (int u = 1; u < " << V << "; ++u) xs[u] += xs[u - 1];\n"
-      << "    float tot;\n"
-      << "    const float ex = kscan<T>(xs[" << V - 1 << "], sh, tot) - xs[" << V - 1 << "];\n"
-      << "    if (l0 < L) {\n"
-      << "      const I i = base + l0;\n"
-      << "      float r[" << V << "];\n"
-      << "#pragma unroll\n      for (int u = 0; u < " << V
-      << "; ++u) r[u] = carry + (ex + xs[u]);\n"
-      << epilogue(g, kb, grp, V) << "      kst<" << V << ">(" << dst << " + i, r);\n"
-      << "    }\n"
-      << "    carry += tot;\n"
-      << "  }\n";
-  } else {
-    o << "  __shared__ rstate sh[32];\n"
-      << "  rstate st = r_lse::init();\n"
-      << "  for (I l = (I)tid * " << V << "; l < L; l += T * " << V << ") {\n"
-      << "    float xs[" << V << "];\n    kld<" << V << ">(" << X << " + base + l, xs);\n"
-      << "#pragma unroll\n    for (int u = 0; u < " << V << "; ++u) r_lse::add(st, xs[u], 0);\n"
-      << "  }\n"
-      << "  st = kreduce<r_lse, T>(st, sh);\n"
-      << "  const float m = st.v, inv = 1.f / st.s, ls = logf(st.s);\n"
-      << "  for (I l = (I)tid * " << V << "; l < L; l += T * " << V << ") {\n"
-      << "    const I i = base + l;\n"
-      << "    float r[" << V << "];\n    kld<" << V << ">(" << X << " + i, r);\n"
-      << "#pragma unroll\n    for (int l = 0; l < " << V
-      << "; ++l) r[l] = " << (log ? "r[l] - m - ls" : "expf(r[l] - m) * inv") << ";\n"
-      << epilogue(g, kb, grp, V) << "    kst<" << V << ">(" << dst << " + i, r);\n"
-      << "  }\n";
-  }
-  g.launch(kb, ceil_div(outer, rows_per_block(T)), T * rows_per_block(T));
-}
-
-// ---- sum / mean / amax / amin / prod / logsumexp / argmax / argmin over any set of dims ----
-void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
-                 const op_info& info, const string& dst) {
-  const shape_t& x = g.shape(op.args[0]);
-  const reduce_layout lay = reduce_layout_of(x, op, info.family);
-  const auto& kept = lay.kept;
-  const auto& red = lay.reduced;
-  const int64_t nout = lay.nout, nred = lay.nred;
-  bool arg = info.family == op_family::arg_reduce;
-  const string& n = op.op;
-  string R = n == "sum" || n == "mean" ? "r_sum"
-             : n == "prod"             ? "r_prod"
-             : n == "amax"             ? "r_max"
-             : n == "amin"             ? "r_min"
-             : n == "logsumexp"        ? "r_lse"
-             : n == "argmax"           ? "r_argmax"
-                                       : "r_argmin";
-  string fin = n == "mean"        ? "st.v / " + flit(static_cast<double>(nred))
-               : n == "logsumexp" ? "st.v + logf(st.s)"
-                                  : "st.v";
-  int64_t T = grp.get(knob::threads, 128);
-  // Input offset of output oi (kept dims) and of reduced element ri.
-  auto base_code = [&](const string& oi) {
-    string s = "  I base = 0;\n  { I rest = " + oi + ";\n";
-    for (std::size_t k = kept.size(); k-- > 0;)
-      s += "    base += (rest % " + lit(kept[k].extent) + ") * " + lit(kept[k].stride) +
-           "; rest /= " + lit(kept[k].extent) + ";\n";
-    return s + "  }\n";
-  };
-  auto red_off = [&](const string& ri) {
-    string e;
-    int64_t inner = 1;
-    for (std::size_t r = red.size(); r-- > 0;) {
-      string t = "((" + ri + ") / " + lit(inner) + ")";
-      if (r > 0) t = "(" + t + " % " + lit(red[r].extent) + ")";
-      if (red[r].stride != 1) t += " * " + lit(red[r].stride);
-      e += (e.empty() ? "" : " + ") + t;
-      inner *= red[r].extent;
-    }
-    return e.empty() ? string("0") : e;
-  };
-  // Finalizes st for output oi: the epilogue, then the store.
-  auto store = [&](kernel_builder& kb, const string& indent) {
-    g.use(kb, dst, true);
-    if (arg) return indent + dst + "[oi] = st.i;\n";
-    return indent + "{\n" + indent + "  const I i = oi;\n" + indent + "  float r[1] = {" + fin +
-           "};\n" + epilogue(g, kb, grp, 1) + indent + "  " + dst + "[oi] = r[0];\n" + indent +
-           "}\n";
-  };
-  bool column = !x.empty() && !lay.inner_reduced;
-  if (column) { // innermost dim kept: one thread per output, serial over the reduced elements
-    kernel_builder kb;
-    kb.name = pfx + "_reduce";
-    auto& o = kb.body;
-    string X = g.rd(kb, op.args[0]);
-    int64_t block = std::max<int64_t>(T, 64);
-    o << "  const I oi = (I)blockIdx.x * " << block << " + threadIdx.x;\n"
-      << "  if (oi >= " << lit(nout) << ") return;\n"
-      << base_code("oi") << "  rstate st = " << R << "::init();\n"
-      << "  for (I ri = 0; ri < " << lit(nred) << "; ++ri) " << R << "::add(st, " << X << "[base + "
-      << red_off("ri") << "], ri);\n"
-      << store(kb, "  ");
-    g.launch(kb, ceil_div(nout, block), block);
-    return;
-  }
-  // Block (or warp) per output over the reduced elements; contiguous rows load vectors.
-  bool contiguous = red.size() == 1 && red[0].stride == 1;
-  int64_t V = contiguous ? fit_vec(grp.get(knob::vec, 1), {nred}) : 1;
-  int64_t P = 1;
-  if (nout < 2 * kSms && nred >= 65536)
-    P = std::clamp<int64_t>(ceil_div(4 * kSms, nout), 1,
-                            std::min<int64_t>(1024, std::max<int64_t>(1, nred / (T * V * 4))));
-  string part = P > 1 ? g.scratch(nout * P * 4) : "";
-  kernel_builder kb;
-  kb.name = pfx + (P > 1 ? "_reduce_part" : "_reduce");
-  auto& o = kb.body;
-  string X = g.rd(kb, op.args[0]);
-  o << "  __shared__ rstate sh[32];\n";
-  if (P > 1) { // chunk c covers units [c * U / P, (c + 1) * U / P)
-    o << "  constexpr int T = " << T << ";\n"
-      << "  constexpr long long U = " << lit(nred / V) << ", PP = " << P << ";\n"
-      << "  const I oi = blockIdx.x / PP, c = blockIdx.x % PP;\n"
-      << "  const int tid = threadIdx.x;\n"
-      << "  const I r0 = (I)((long long)c * U / PP) * " << V
-      << ", r1 = (I)((long long)(c + 1) * U / PP) * " << V << ";\n";
-  } else {
-    o << row_header(T, nout) << "  const I oi = row, r0 = 0, r1 = " << lit(nred) << ";\n";
-  }
-  o << base_code("oi") << "  rstate st = " << R << "::init();\n";
-  if (V > 1 || contiguous) {
-    o << "  for (I ri = r0 + (I)tid * " << V << "; ri < r1; ri += T * " << V << ") {\n"
-      << "    float xs[" << V << "];\n    kld<" << V << ">(" << X << " + base + ri, xs);\n"
-      << "#pragma unroll\n    for (int u = 0; u < " << V << "; ++u) " << R
-      << "::add(st, xs[u], ri + u);\n"
-      << "  }\n";
-  } else {
-    o << "  for (I ri = r0 + (I)tid; ri < r1; ri += T) " << R << "::add(st, " << X << "[base + "
-      << red_off("ri") << "], ri);\n";
-  }
-  o << "  st = kreduce<" << R << ", T>(st, sh);\n";
-  if (P > 1) {
-    g.use(kb, part, true);
-    o << "  if (tid == 0) reinterpret_cast<rstate*>(" << part << ")[blockIdx.x] = st;\n";
-    g.launch(kb, nout * P, T);
-    kernel_builder fk;
-    fk.name = pfx + "_reduce";
-    auto& f = fk.body;
-    g.use(fk, part, false);
-    f << "  __shared__ rstate sh[32];\n"
-      << row_header(T, nout) << "  const I oi = row;\n"
-      << "  rstate st = " << R << "::init();\n"
-      << "  const rstate* q = reinterpret_cast<const rstate*>(" << part << ") + oi * " << P << ";\n"
-      << "  for (int c = tid; c < " << P << "; c += T) " << R << "::merge(st, q[c]);\n"
-      << "  st = kreduce<" << R << ", T>(st, sh);\n"
-      << "  if (tid == 0)\n"
-      << store(fk, "  ");
-    g.launch(fk, ceil_div(nout, rows_per_block(T)), T * rows_per_block(T));
-    return;
-  }
-  o << "  if (tid == 0)\n" << store(kb, "  ");
-  g.launch(kb, ceil_div(nout, rows_per_block(T)), T * rows_per_block(T));
-}
-
 // ---- layout: permute / transpose as a gather per output element; others copy or alias ----
 // cat: each output element picks its input by its coordinate on `dim` (a chain of ternaries, so
 // only the chosen input is read).
@@ -1297,6 +692,52 @@ struct r_argmin {
   }
   static __device__ __forceinline__ void add(rstate& a, float x, long long i) { merge(a, rstate{x, 0.f, i}); }
 };
+// (mean, M2, count): Chan et al.'s pairwise combination, an exact variance in one pass.
+struct r_chan {
+  static __device__ __forceinline__ rstate init() { return {0.f, 0.f, 0}; }
+  static __device__ __forceinline__ void merge(rstate& a, const rstate& b) {
+    if (b.i == 0) return;
+    if (a.i == 0) { a = b; return; }
+    const float fb = (float)b.i / (float)(a.i + b.i), d = b.v - a.v;
+    a.v += d * fb;
+    a.s += b.s + d * d * (float)a.i * fb;
+    a.i += b.i;
+  }
+  static __device__ __forceinline__ void add(rstate& a, float x, long long) { merge(a, rstate{x, 0.f, 1}); }
+};
+// V values into an online log-sum-exp state with one rescale per vector (r_lse per element pays
+// an exp and a branch for each). Infinities as r_lse: -inf adds nothing, +inf counts 1.
+template <int V> __device__ __forceinline__ void klse_add(rstate& a, const float* x) {
+  float m = x[0];
+#pragma unroll
+  for (int u = 1; u < V; ++u) m = kmax(m, x[u]);
+  if (m > a.v) { a.s = a.s == 0.f ? 0.f : a.s * expf(a.v - m); a.v = m; }
+#pragma unroll
+  for (int u = 0; u < V; ++u)
+    a.s += x[u] == -KILN_INF ? 0.f : (x[u] == a.v ? 1.f : expf(x[u] - a.v));
+}
+// One float reduced over the T threads of a row (every thread gets it): sums and maxima.
+struct f_add {
+  static __device__ __forceinline__ float op(float a, float b) { return a + b; }
+  static __device__ __forceinline__ float id() { return 0.f; }
+};
+struct f_max {
+  static __device__ __forceinline__ float op(float a, float b) { return kmax(a, b); }
+  static __device__ __forceinline__ float id() { return -KILN_INF; }
+};
+template <class F, int T> __device__ __forceinline__ float kallreduce(float x, float* sh) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) x = F::op(x, __shfl_xor_sync(0xffffffffu, x, m));
+  if (T <= 32) return x;
+  const int w = (threadIdx.x % T) >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) sh[w] = x;
+  __syncthreads();
+  x = lane < T / 32 ? sh[lane] : F::id();
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) x = F::op(x, __shfl_xor_sync(0xffffffffu, x, m));
+  __syncthreads();
+  return x;
+}
 __device__ __forceinline__ rstate kshfl(rstate a, int m) {
   a.v = __shfl_xor_sync(0xffffffffu, a.v, m);
   a.s = __shfl_xor_sync(0xffffffffu, a.s, m);
@@ -1350,6 +791,9 @@ template <int T> __device__ __forceinline__ float kscan(float x, float* sh, floa
 )";
 
 } // namespace
+} // namespace cuda_gen
+
+using namespace cuda_gen;
 
 expected<cuda_program> generate_cuda(const task& t, const program& p) {
   if (t.type != dtype::float32)

@@ -33,6 +33,12 @@ int64_t row_length(const task& t, const op_node& op) {
   case op_family::batch_norm: return in.empty() ? 1 : total / in[1];
   case op_family::group_norm: return total / (in[0] * attr_int(op.attrs, "num_groups", 1));
   case op_family::instance_norm: return total / (in[0] * in[1]);
+  case op_family::layer_norm:
+  case op_family::rms_norm: {
+    int64_t n = 1;
+    for (auto d : attr_dims(op.attrs, "normalized_shape")) n *= d;
+    return n;
+  }
   default: return std::max<int64_t>(1, total / out);
   }
 }
@@ -95,9 +101,15 @@ program expert_program(const task& t, backend_kind backend) {
       break;
     case kernel_template::norm:
     case kernel_template::reduce: {
+      // cuda: float4 loads and up to 32 elements a thread, so rows of up to 32k stay in
+      // registers (one read); a scan keeps one element a thread.
       int64_t row = row_length(t, anchor);
-      int64_t threads = backend == backend_kind::cuda ? pow2_at_least(row / 8, 32, 1024) : 32;
-      g.knobs = {{knob::threads, threads}, {knob::vec, 1}, {knob::onepass, 0}};
+      bool cuda = backend == backend_kind::cuda;
+      bool scan = find_op(anchor.op)->family == op_family::cumsum;
+      int64_t vec = cuda && !scan ? 4 : 1;
+      while (vec > 1 && row / vec < 32) vec /= 2; // a short row keeps every lane of a warp busy
+      int64_t threads = cuda ? pow2_at_least(row / (8 * vec), 32, 1024) : 32;
+      g.knobs = {{knob::threads, threads}, {knob::vec, vec}, {knob::onepass, 0}};
       break;
     }
     }

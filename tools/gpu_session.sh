@@ -4,7 +4,8 @@
 # $OUT/results.tgz at the end. A step that fails does not stop the others. On the lent device
 # machine:
 #   source .dev/setup.sh && bash tools/gpu_session.sh build gpu_tests bench_learner
-# Steps: build (kiln only) | build_tests (kiln + gpu tests) | gpu_tests | executor_tests |
+# Steps: build (kiln only) | build_tests (kiln + gpu tests) | codegen_tests | gpu_tests |
+#        executor_tests |
 #        bench_learner |
 #        validate | baselines | baselines_only | eval | run | bench_pool | sources
 # KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_BASELINES names a baselines file
@@ -25,6 +26,11 @@ step_build() { configure && cmake --build build-gpu --target kiln; }
 step_build_tests() {
   configure && cmake --build build-gpu --target kiln kiln-kernel-host kiln-kernel-host-cuda kiln_cuda_executor_test \
     kiln_reference_cuda_test kiln_learner_cuda_test
+}
+# The cuda generator alone: every expert program of the suites and random programs through NVRTC.
+step_codegen_tests() {
+  configure && cmake --build build-gpu --target kiln_codegen_cuda_tests &&
+    build-gpu/tests/kiln_codegen_cuda_tests
 }
 step_gpu_tests() { (cd build-gpu && ctest -L gpu --output-on-failure --timeout 400); }
 # The cuda executor's tests alone, every MESSAGE (figures) printed, kernel hosts' stderr kept.
