@@ -112,6 +112,7 @@ struct episode_summary {
   int32_t first_correct_turn = -1; // 0-based; -1: none correct
   std::string last_outcome;        // the last turn's outcome kind ("" when no turn ran)
   std::string last_message;        // and its message (a compile log, why it failed), trimmed
+  std::string best_program;        // the fastest correct turn's program (token policies)
 };
 
 template <class Inspector>
@@ -119,7 +120,7 @@ typename Inspector::result_type inspect(Inspector& f, episode_summary& x) {
   return f(caf::meta::type_name("episode_summary"), x.episode, x.task, x.status, x.reward, x.turns,
            x.correct_turns, x.tokens, x.handed_on, x.total_ms, x.policy_ms, x.pool_ms, x.sink_ms,
            x.queue_ms, x.compile_ms, x.device_ms, x.error, x.best_kernel_ms, x.first_correct_turn,
-           x.last_outcome, x.last_message);
+           x.last_outcome, x.last_message, x.best_program);
 }
 
 } // namespace kiln

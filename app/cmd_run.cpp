@@ -11,12 +11,15 @@
 #include "data/task_validate.hpp"
 
 #include <ATen/Parallel.h>
+#include <algorithm>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <spdlog/spdlog.h>
@@ -34,6 +37,13 @@ int configure_threads(int threads) {
 
 namespace {
 
+check_limits limits_of(const run_config& c) {
+  check_limits limits;
+  limits.memory_budget_bytes = c.memory_budget_mib << 20;
+  limits.max_ops = c.max_ops;
+  return limits;
+}
+
 expected<std::string> make_run_dir(const run_config& c) {
   std::time_t now = std::time(nullptr);
   char stamp[32];
@@ -47,23 +57,18 @@ expected<std::string> make_run_dir(const run_config& c) {
   return dir.string();
 }
 
-// Evaluates the configured policies through a pool; writes eval.json; returns the overall lines.
-expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args& common,
-                                        const std::string& run_dir,
-                                        const compile_baselines* baselines) {
-  std::vector<policy_spec> policies;
-  for (const auto& name : cfg.eval_policies) {
-    auto p = parse_policy(name);
-    if (!p) return error{cfg.origin + ": key 'eval.policies': " + p.message()};
-    policies.push_back(*p);
-  }
-  check_limits limits;
-  limits.memory_budget_bytes = cfg.memory_budget_mib << 20;
-  limits.max_ops = cfg.max_ops;
-  auto set = load_tasks(cfg.eval_suites, limits);
-  for (const auto& e : set.errors) spdlog::error("{}", e.message);
-  if (cfg.eval_max_tasks > 0 && static_cast<int64_t>(set.tasks.size()) > cfg.eval_max_tasks)
-    set.tasks.resize(static_cast<std::size_t>(cfg.eval_max_tasks));
+// One set of tasks to evaluate policies on ("" before training; "train", "held_out" after).
+struct eval_set {
+  std::string name;
+  std::vector<task> tasks;
+};
+
+// Evaluates each policy on each set through one pool; returns one summary_json a pair (its
+// "suite" is the set's name, its "policy" the label given).
+expected<nlohmann::json> evaluate_sets(const run_config& cfg, const common_args& common,
+                                       const std::vector<eval_set>& sets,
+                                       const std::vector<std::pair<std::string, policy_spec>>& ps,
+                                       const compile_baselines* baselines) {
   auto pool_cfg =
       make_pool_config(cfg.backend, cfg.cache_dir.empty() ? default_cache_dir() : cfg.cache_dir,
                        cfg.devices, cfg.compile_workers, cfg.first_device);
@@ -79,21 +84,135 @@ expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args
   auto pool_actor = make_pool_actor(sys, *pool_cfg, cfg.remote, cfg.local_pool);
   if (!pool_actor) return error{cfg.origin + ": [pool]: " + pool_actor.message()};
   pool_handle pool(sys, *pool_actor, pool_cfg->backend);
-  spdlog::info("evaluating {} policies on {} tasks through the pool", policies.size(),
-               set.tasks.size());
-  nlohmann::json all = nlohmann::json::array(), overall = nlohmann::json::object();
-  for (const auto& p : policies) {
-    auto rows = evaluate_policy(pool, set.tasks, p, cfg.eval_seed,
-                                cfg.compile_workers + cfg.devices, baselines);
-    all.push_back(summary_json(p.name, "", cfg.backend, rows));
-    print_summary(all.back());
-    overall[p.name] = all.back()["overall"];
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& set : sets) {
+    if (set.tasks.empty()) continue;
+    spdlog::info("evaluating {} policies on {} tasks{} through the pool", ps.size(),
+                 set.tasks.size(), set.name.empty() ? "" : " (" + set.name + ")");
+    for (const auto& [label, p] : ps) {
+      auto rows = evaluate_policy(pool, set.tasks, p, cfg.eval_seed,
+                                  cfg.compile_workers + cfg.devices, baselines);
+      all.push_back(summary_json(label, set.name, cfg.backend, rows));
+      print_summary(all.back());
+    }
   }
-  std::ofstream(run_dir + "/eval.json") << all.dump(2) << "\n";
   std::printf("pool: %s\n", pool.stats().c_str());
+  return all;
+}
+
+// Evaluates the configured policies; writes eval.json; returns the overall lines.
+expected<nlohmann::json> run_evaluation(const run_config& cfg, const common_args& common,
+                                        const std::string& run_dir,
+                                        const compile_baselines* baselines) {
+  std::vector<std::pair<std::string, policy_spec>> policies;
+  for (const auto& name : cfg.eval_policies) {
+    auto p = parse_policy(name);
+    if (!p) return error{cfg.origin + ": key 'eval.policies': " + p.message()};
+    policies.emplace_back(p->name, *p);
+  }
+  auto set = load_tasks(cfg.eval_suites, limits_of(cfg));
+  for (const auto& e : set.errors) spdlog::error("{}", e.message);
+  if (cfg.eval_max_tasks > 0 && static_cast<int64_t>(set.tasks.size()) > cfg.eval_max_tasks)
+    set.tasks.resize(static_cast<std::size_t>(cfg.eval_max_tasks));
+  auto all = evaluate_sets(cfg, common, {{"", set.tasks}}, policies, baselines);
+  if (!all) return all.err();
+  std::ofstream(run_dir + "/eval.json") << all->dump(2) << "\n";
+  nlohmann::json overall = nlohmann::json::object();
+  for (const auto& e : *all) overall[e.value("policy", std::string())] = e["overall"];
   return overall;
 }
 
+// Paired speed of policy a over policy b: the geomean of b's kernel time over a's on the tasks
+// both solved (1 when none), and how many those were.
+std::pair<double, int> paired_speed(const nlohmann::json& a, const nlohmann::json& b) {
+  std::map<std::string, double> ms;
+  for (const auto& t : b["tasks"])
+    if (t.value("correct", false)) ms[t.value("task", std::string())] = t.value("kernel_ms", 0.0);
+  double log_sum = 0;
+  int n = 0;
+  for (const auto& t : a["tasks"]) {
+    auto it = ms.find(t.value("task", std::string()));
+    double k = t.value("kernel_ms", 0.0);
+    if (!t.value("correct", false) || it == ms.end() || k <= 0 || it->second <= 0) continue;
+    log_sum += std::log(it->second / k);
+    ++n;
+  }
+  return {n ? std::exp(log_sum / n) : 1.0, n};
+}
+
+// After training: the untrained model, the final checkpoint and the expert, greedily, on the
+// training tasks and the held-out ones. Appends to eval.json; returns summary.json's "learned";
+// prints what was learned as a table.
+expected<nlohmann::json> evaluate_learning(const run_config& cfg, const common_args& common,
+                                           const std::string& run_dir,
+                                           const std::vector<task>& train,
+                                           const nlohmann::json& rollout,
+                                           const compile_baselines* baselines) {
+  std::string dir = rollout.value("checkpoints", std::string());
+  std::string latest;
+  std::ifstream(dir + "/latest") >> latest;
+  if (dir.empty() || latest.empty())
+    return error{"eval.after_training: no final checkpoint in '" + dir + "'"};
+  std::vector<std::pair<std::string, policy_spec>> ps;
+  for (const auto& [label, path] :
+       {std::pair<std::string, std::string>{"untrained", dir + "/untrained.pt"},
+        {"trained", dir + "/" + latest},
+        {"expert", "expert"}}) {
+    auto p = parse_policy(path);
+    if (!p) return error{"eval.after_training: " + p.message()};
+    ps.emplace_back(label, *p);
+  }
+  std::vector<eval_set> sets{{"train", train}, {"held_out", {}}};
+  if (!cfg.eval_held_out.empty()) {
+    auto held = load_tasks(cfg.eval_held_out, limits_of(cfg));
+    for (const auto& e : held.errors) spdlog::error("{}", e.message);
+    for (auto& t : held.tasks) {
+      bool seen =
+          std::any_of(train.begin(), train.end(), [&](const task& x) { return x.name == t.name; });
+      if (seen)
+        spdlog::warn("eval.held_out_suites: task '{}' is also a training task; left out", t.name);
+      else
+        sets[1].tasks.push_back(std::move(t));
+    }
+  }
+  for (auto& s : sets)
+    if (cfg.eval_after_max_tasks > 0 &&
+        static_cast<int64_t>(s.tasks.size()) > cfg.eval_after_max_tasks)
+      s.tasks.resize(static_cast<std::size_t>(cfg.eval_after_max_tasks));
+  auto all = evaluate_sets(cfg, common, sets, ps, baselines);
+  if (!all) return all.err();
+  auto file = nlohmann::json::parse(std::ifstream(run_dir + "/eval.json"), nullptr, false);
+  if (!file.is_array()) file = nlohmann::json::array();
+  for (const auto& e : *all) file.push_back(e);
+  std::ofstream(run_dir + "/eval.json") << file.dump(2) << "\n";
+
+  nlohmann::json learned = nlohmann::json::object();
+  std::printf("\nwhat was learned (greedy programs through the pool; speed = paired geomean of "
+              "kernel time vs the expert on tasks both solved)\n");
+  std::printf("  %-9s %-10s %6s %10s %14s\n", "set", "policy", "pass", "vs eager", "vs expert");
+  for (const auto& s : sets) {
+    if (s.tasks.empty()) continue;
+    std::map<std::string, nlohmann::json> by;
+    for (const auto& e : *all)
+      if (e.value("suite", std::string()) == s.name) by[e.value("policy", std::string())] = e;
+    nlohmann::json row = nlohmann::json::object();
+    for (const auto& [label, p] : ps) {
+      const auto& e = by[label];
+      const auto& o = e["overall"];
+      auto [speed, n] = paired_speed(e, by["expert"]);
+      row[label] = {{"pass_rate", o.value("pass_rate", 0.0)},
+                    {"geomean_eager", o.value("geomean_eager", 0.0)},
+                    {"speed_vs_expert", speed},
+                    {"paired_tasks", n}};
+      std::printf("  %-9s %-10s %5.0f%% %9.3fx %9.3fx (%d)\n", s.name.c_str(), label.c_str(),
+                  100 * o.value("pass_rate", 0.0), o.value("geomean_eager", 0.0), speed, n);
+    }
+    row["tasks"] = s.tasks.size();
+    row["trained_over_expert"] = row["trained"]["speed_vs_expert"];
+    learned[s.name] = row;
+  }
+  return learned;
+}
 } // namespace
 
 int cmd_run(const common_args& common, const run_args& args) {
@@ -128,10 +247,7 @@ int cmd_run(const common_args& common, const run_args& args) {
   spdlog::info("kiln run '{}' from {}: backend {}, {} threads, run directory {}", cfg->name,
                cfg->origin, cfg->backend, threads, *run_dir);
 
-  check_limits limits;
-  limits.memory_budget_bytes = cfg->memory_budget_mib << 20;
-  limits.max_ops = cfg->max_ops;
-  auto set = load_tasks(cfg->suites, limits);
+  auto set = load_tasks(cfg->suites, limits_of(*cfg));
   for (const auto& e : set.errors) spdlog::error("{}", e.message);
   if (cfg->max_tasks > 0 && static_cast<int64_t>(set.tasks.size()) > cfg->max_tasks)
     set.tasks.resize(static_cast<std::size_t>(cfg->max_tasks));
@@ -171,6 +287,18 @@ int cmd_run(const common_args& common, const run_args& args) {
       return 2;
     }
     summary["rollout"] = *trained;
+    if (cfg->eval_after_training && !trained->value("interrupted", false)) {
+      std::vector<task> train = set.tasks;
+      if (cfg->rollout_max_tasks > 0 && static_cast<int64_t>(train.size()) > cfg->rollout_max_tasks)
+        train.resize(static_cast<std::size_t>(cfg->rollout_max_tasks));
+      auto learned = evaluate_learning(*cfg, common, *run_dir, train, *trained, bl);
+      if (!learned) {
+        spdlog::error("{}", learned.message());
+        std::ofstream(*run_dir + "/summary.json") << summary.dump(2) << "\n";
+        return 2;
+      }
+      summary["learned"] = *learned;
+    }
   }
   std::ofstream(*run_dir + "/summary.json") << summary.dump(2) << "\n";
   std::printf("run directory: %s\n", run_dir->c_str());

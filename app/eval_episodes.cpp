@@ -138,6 +138,7 @@ evaluate_policy_episodes(caf::actor_system& sys, const caf::actor& pool, backend
     s.first_correct_turn = e.value("first_correct_turn", -1);
     s.correct = s.first_correct_turn >= 0 && s.best_kernel_ms > 0;
     s.turns = e.value("turns", 0);
+    s.program = e.value("best_program", std::string());
     // The last turn's outcome says more than the episode's status ("truncated"), unless the
     // episode failed before any turn (an endpoint down, a malformed answer).
     s.outcome = e.value("last_outcome", std::string());

@@ -234,6 +234,32 @@ td:first-child,th:first-child{text-align:left}.charts{display:flex;flex-wrap:wra
 .ax,.ay{font-size:10px;fill:#666}.ay{text-anchor:end}.fast{fill:#2da44e}.slow{fill:#d4a72c}
 .one{stroke:#555;stroke-dasharray:3 3}.note{color:#777}.warn{color:#b35900})";
 
+// An eval entry's policy, with the set it ran on when a run's after-training evaluation made it.
+std::string policy_label(const json& e) {
+  std::string p = e.value("policy", std::string("?")), set = e.value("suite", std::string());
+  return set == "train" || set == "held_out" ? p + " (" + set + ")" : p;
+}
+
+// summary.json's "learned" (kiln run, eval.after_training) as rows: set, policy, pass, geomean
+// vs eager, paired speed vs the expert and on how many tasks.
+std::vector<std::vector<std::string>> learned_rows(const json& summary) {
+  std::vector<std::vector<std::string>> rows;
+  if (!summary.is_object() || !summary.contains("learned")) return rows;
+  for (const auto& [set, v] : summary["learned"].items())
+    for (const char* p : {"untrained", "trained", "expert"}) {
+      if (!v.contains(p)) continue;
+      const json& r = v[p];
+      rows.push_back({set, p, num(100 * r.value("pass_rate", 0.0)) + "%",
+                      num(r.value("geomean_eager", 0.0)) + "x",
+                      num(r.value("speed_vs_expert", 0.0)) + "x",
+                      std::to_string(r.value("paired_tasks", 0))});
+    }
+  return rows;
+}
+
+const char* kLearnedColumns[] = {
+    "set", "policy", "pass", "geomean vs eager", "speed vs expert", "paired tasks"};
+
 } // namespace
 
 expected<report_source> load_report_source(const std::string& path) {
@@ -293,13 +319,28 @@ std::string render_html(const std::vector<report_source>& sources) {
     o << "</tr>";
     for (const auto& s : sources)
       for (const auto& e : s.evals) {
-        o << "<tr><td>" << esc(s.label) << "</td><td>" << esc(e.value("policy", std::string("?")))
-          << "</td><td>" << esc(e.value("backend", std::string("?"))) << "</td>";
+        o << "<tr><td>" << esc(s.label) << "</td><td>" << esc(policy_label(e)) << "</td><td>"
+          << esc(e.value("backend", std::string("?"))) << "</td>";
         const json overall = e.value("overall", json::object());
         for (const char* c : kColumns) o << "<td>" << esc(cell(overall, c)) << "</td>";
         o << "</tr>";
       }
     o << "</table>";
+  }
+  // What training changed: the untrained model, the trained one and the expert on the same tasks.
+  for (const auto& s : sources) {
+    auto rows = learned_rows(s.summary);
+    if (rows.empty()) continue;
+    o << "<h2>What was learned: " << esc(s.label) << "</h2><table><tr>";
+    for (const char* c : kLearnedColumns) o << "<th>" << c << "</th>";
+    o << "</tr>";
+    for (const auto& r : rows) {
+      o << "<tr>";
+      for (const auto& c : r) o << "<td>" << esc(c) << "</td>";
+      o << "</tr>";
+    }
+    o << "</table><p class=\"note\">greedy programs through the pool; speed vs expert: geomean "
+         "of the expert's kernel time over the policy's, on the tasks both solved</p>";
   }
   // Training runs: what each run's rollouts earned (summary.json of `kiln run`).
   bool any_rollout = false;
@@ -376,7 +417,7 @@ std::string render_markdown(const std::vector<report_source>& sources) {
   for (const auto& s : sources)
     for (const auto& e : s.evals) {
       auto row = [&](const std::string& level, const json& v) {
-        o << "| " << s.label << " | " << e.value("policy", std::string("?")) << " | "
+        o << "| " << s.label << " | " << policy_label(e) << " | "
           << e.value("backend", std::string("?")) << " | " << level << " |";
         for (const char* c : kColumns) o << " " << cell(v, c) << " |";
         o << "\n";
@@ -385,6 +426,20 @@ std::string render_markdown(const std::vector<report_source>& sources) {
       const json levels = e.value("levels", json::object());
       for (const auto& [lvl, v] : levels.items()) row(lvl, v);
     }
+  for (const auto& s : sources) {
+    auto rows = learned_rows(s.summary);
+    if (rows.empty()) continue;
+    o << "\nwhat was learned (" << s.label << ")\n\n|";
+    for (const char* c : kLearnedColumns) o << " " << c << " |";
+    o << "\n|";
+    for (std::size_t i = 0; i < std::size(kLearnedColumns); ++i) o << " --- |";
+    o << "\n";
+    for (const auto& r : rows) {
+      o << "|";
+      for (const auto& c : r) o << " " << c << " |";
+      o << "\n";
+    }
+  }
   for (const auto& s : sources)
     for (const auto& m : s.series)
       if (m.key == "reward" || m.key == "pass_rate" || m.key == "mean_reward")

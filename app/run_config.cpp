@@ -43,6 +43,12 @@ expected<run_config> read_run_config(config_reader& r) {
   c.rollout_progress_s = r.real("rollout.progress_s", c.rollout_progress_s);
   c.rollout_verify_checks = static_cast<int>(r.integer("rollout.verify_checks", 5, 1, 100));
   c.rollout_timing_cap_ms = r.real("rollout.timing_cap_ms", c.rollout_timing_cap_ms);
+  c.rollout_reward =
+      r.choice("rollout.reward", c.rollout_reward, {"tiers", "speedup", "log_speedup"});
+  c.rollout_reward_cap = r.real("rollout.reward_cap", c.rollout_reward_cap);
+  c.eval_after_training = r.boolean("eval.after_training", c.eval_after_training);
+  c.eval_held_out = r.paths("eval.held_out_suites", {});
+  c.eval_after_max_tasks = r.integer("eval.after_max_tasks", 0, 0);
   if (auto st = r.finish(); !st) return st.err();
   if (c.suites.empty())
     return error{c.origin + ": key 'tasks.suites': at least one suite path is required"};
@@ -74,6 +80,7 @@ void read_learner_config(config_reader& r, learner_config& out) {
   p.behav_cap = r.real("learner.ppo.behav_cap", p.behav_cap);
   p.behav_mask = r.boolean("learner.ppo.behav_mask", p.behav_mask);
   p.normalize_adv = r.boolean("learner.ppo.normalize_adv", p.normalize_adv);
+  p.advantage = r.choice("learner.ppo.advantage", p.advantage, {"gae", "group"});
   out.lr = r.real("learner.lr", out.lr);
   out.lr_schedule =
       r.choice("learner.lr_schedule", out.lr_schedule, {"constant", "linear", "cosine"});
@@ -95,6 +102,8 @@ void read_learner_config(config_reader& r, learner_config& out) {
   out.stage = r.choice("learner.stage", out.stage, {"sft", "value", "ppo", "all"});
   out.sft_steps = r.integer("learner.sft_steps", out.sft_steps, 0);
   out.sft_batch = i32("sft_batch", out.sft_batch, 1, 1 << 20);
+  out.sft_source = r.choice("learner.sft_source", out.sft_source, {"expert", "best_of_k"});
+  out.sft_candidates = i32("sft_candidates", out.sft_candidates, 1, 4096);
   out.value_updates = r.integer("learner.value_updates", out.value_updates, 0);
   out.max_updates = r.integer("learner.max_updates", out.max_updates, 0);
   out.checkpoint_dir = r.path("learner.checkpoint_dir", out.checkpoint_dir);

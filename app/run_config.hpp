@@ -55,6 +55,13 @@ struct run_config {
   double rollout_progress_s = 5; // seconds between progress lines and metrics rows
   int rollout_verify_checks = 5; // fresh-input checks per evaluated program
   double rollout_timing_cap_ms = 1000;
+  std::string rollout_reward = "tiers"; // tiers | speedup | log_speedup (rollout/reward.hpp)
+  double rollout_reward_cap = 10;       // speedup shapings: the largest speedup that pays
+  // [eval] after_training: the final checkpoint, the untrained model and the expert, greedily,
+  // on the training tasks and on held_out_suites (disjoint tasks); eval.json and summary.json.
+  bool eval_after_training = false;
+  std::vector<std::string> eval_held_out;
+  int64_t eval_after_max_tasks = 0; // per set (0 = all)
 };
 
 // Reads the [learner] keys into `out` (defaults: learner_config's); problems go to the reader.

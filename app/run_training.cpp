@@ -5,6 +5,7 @@
 #include "actors/actor_system_setup.hpp"
 #include "actors/messages.hpp"
 #include "app/eval_runner.hpp"
+#include "app/sft_programs.hpp"
 #include "learner/learner.hpp"
 #include "learner/model_policy.hpp"
 #include "rollout/builtin_policies.hpp"
@@ -46,12 +47,20 @@ double num(const json& j, const char* k) {
 void print_progress(const json& s, double t, int64_t total) {
   spdlog::info(
       "[rollout {:5.0f} s] ep {:.0f}/{} run {:.0f} | {:.2f} ep/s {:.2f} steps/s {:.0f} tok/s | "
-      "pass {:.0f}% reward {:+.2f} (window) | pool busy {:.0f}% queue {:.0f} ms | "
-      "v{:.0f} lag {:.2f}",
+      "pass {:.0f}% reward {:+.2f} vs tasks' first group {:+.2f} (window) | pool busy {:.0f}% "
+      "queue {:.0f} ms | v{:.0f} lag {:.2f}",
       t, num(s, "episodes"), total, num(s, "running"), num(s, "episodes_per_s"),
       num(s, "steps_per_s"), num(s, "tokens_per_s"), 100 * num(s, "window_pass_rate"),
-      num(s, "window_reward"), 100 * num(s, "pool_busy_share"), num(s, "pool_queue_ms"),
-      num(s, "learner_version"), num(s, "learner_lag_mean"));
+      num(s, "window_reward"), num(s, "window_task_gain"), 100 * num(s, "pool_busy_share"),
+      num(s, "pool_queue_ms"), num(s, "learner_version"), num(s, "learner_lag_mean"));
+}
+
+// The pool checks and timing of a training program (the run's [rollout] keys).
+rollout_job_options jo_for(const run_config& cfg) {
+  rollout_job_options jo;
+  jo.verify_checks = cfg.rollout_verify_checks;
+  jo.timing_cap_ms = cfg.rollout_timing_cap_ms;
+  return jo;
 }
 
 // CUDA index of a device name ("cuda" = 0, "cuda:N" = N); -1 for others.
@@ -99,6 +108,7 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   warn_if_other_device(baselines, *pcfg);
 
   bool hosted = cfg.rollout_policy == "model";
+  json sft_summary; // best_of_k: what rejection sampling chose
   // ipc paths are limited to ~100 bytes: a short one per process, not one under the run dir.
   std::string endpoint = "ipc:///tmp/kiln-" + std::to_string(getpid()) + "-trajectories";
   // Declared before the learner: its training thread writes it until learn->stop().
@@ -153,6 +163,21 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
     if (!s.error.empty()) return fail("trajectory sink: " + s.error);
     sink = s.actor;
     learn->on_metrics([&last_lag](const update_metrics& m) { last_lag = m.lag_mean; });
+    // The model before any training, for the after-training comparison.
+    if (auto c = learn->save_checkpoint(lc.checkpoint_dir + "/untrained.pt"); !c)
+      return fail("learner: " + c.message());
+    bool sft = (lc.stage == "sft" || lc.stage == "all") && lc.sft_steps > 0;
+    if (sft && lc.sft_source == "best_of_k") {
+      episode_eval_options eo;
+      eo.seed = cfg.seed;
+      eo.parallel = static_cast<int>(cfg.rollout_max_concurrent);
+      eo.jobs = jo_for(cfg);
+      auto chosen = choose_sft_programs(sys, pool, pcfg->backend, tasks, lc.sft_candidates, eo);
+      if (!chosen) return fail(chosen.message());
+      sft_summary = chosen->summary;
+      std::ofstream(run_dir + "/sft_programs.json") << chosen->summary.dump(2) << "\n";
+      learn->set_sft_samples(program_samples(tasks, chosen->programs, pcfg->backend));
+    }
     if (auto st = learn->start(); !st) return fail("learner: " + st.message());
   }
   policy_server_config psc;
@@ -160,9 +185,7 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   auto server = spawn_policy_server(sys, std::move(policy), psc);
 
   std::vector<std::shared_ptr<rollout_task>> rtasks;
-  rollout_job_options jo;
-  jo.verify_checks = cfg.rollout_verify_checks;
-  jo.timing_cap_ms = cfg.rollout_timing_cap_ms;
+  rollout_job_options jo = jo_for(cfg);
   int with_compile = 0;
   for (const auto& t : tasks) {
     rtasks.push_back(make_rollout_task(t, jo));
@@ -180,6 +203,10 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   cc.admission.eta = hosted ? lc.eta : -1;
   cc.admission.batch = lc.batch_size;
   cc.episode.max_turns = cfg.rollout_max_turns;
+  auto shaping = parse_reward_shaping(cfg.rollout_reward);
+  if (!shaping) return error{"key 'rollout.reward': " + shaping.message()};
+  cc.episode.reward.shaping = *shaping;
+  cc.episode.reward.speedup_cap = cfg.rollout_reward_cap;
   episode_peers peers;
   peers.policy_server = server;
   peers.pool = pool;
@@ -205,6 +232,7 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
     std::ofstream rows(run_dir + "/rollout.jsonl");
     auto period = std::chrono::milliseconds(static_cast<int64_t>(cfg.rollout_progress_s * 1000));
     double last_turns = 0, last_correct = 0, last_episodes = 0, last_reward_sum = 0;
+    double last_gain = 0, last_gain_n = 0;
     uint64_t last_rejected = 0;
     double last_tokens = 0, last_t = 0;
     std::unique_lock<std::mutex> lock(mu);
@@ -239,6 +267,10 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
         s["window_pass_rate"] = (correct - last_correct) / (turns - last_turns);
       if (episodes > last_episodes)
         s["window_reward"] = (reward_sum - last_reward_sum) / (episodes - last_episodes);
+      double gain = num(s, "task_gain_sum"), gain_n = num(s, "task_gain_episodes");
+      if (gain_n > last_gain_n) s["window_task_gain"] = (gain - last_gain) / (gain_n - last_gain_n);
+      if (gain_n > 0) s["task_gain"] = gain / gain_n;
+      last_gain = gain, last_gain_n = gain_n;
       last_turns = turns, last_correct = correct, last_episodes = episodes;
       last_reward_sum = reward_sum;
       double now = elapsed();
@@ -302,6 +334,10 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
     summary["learner_steps"] = learn->steps();
     summary["trajectories_trained"] = learn->trajectories_trained();
     summary["checkpoints"] = lc.checkpoint_dir;
+    if (!sft_summary.is_null()) {
+      sft_summary.erase("rows"); // in sft_programs.json
+      summary["sft_programs"] = sft_summary;
+    }
   }
   for (const auto& a : {coord, server, pool}) self->send_exit(a, caf::exit_reason::user_shutdown);
   if (sink) self->send_exit(sink, caf::exit_reason::user_shutdown);

@@ -1,5 +1,6 @@
 #include "learner/learner.hpp"
 
+#include "learner/advantages.hpp"
 #include "learner/model_impl.hpp"
 #include "learner/ppo.hpp"
 #include "rollout/token_space.hpp"
@@ -15,6 +16,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -209,6 +211,7 @@ struct learner::impl {
   std::deque<sample> pending;
   std::unordered_set<std::string> seen_trained, seen_pending;
   uint64_t dropped_stale = 0, duplicates = 0, rejected = 0;
+  std::map<std::string, double> task_mean; // running mean reward per task (group advantages)
   std::shared_ptr<weight_slot> slot = std::make_shared<weight_slot>();
   std::shared_ptr<trajectory_queue> queue;
   std::unique_ptr<intake> in;
@@ -446,7 +449,13 @@ expected<update_metrics> learner::update() {
     gae(batch[i].rewards.data(), vals.data_ptr<float>() + o, batch[i].rewards.size(), pc.gamma,
         pc.lambda, adv.data_ptr<float>() + o, ret.data_ptr<float>() + o);
   }
-  if (pc.normalize_adv && total_m > 1) adv = (adv - adv.mean()) / (adv.std() + 1e-8);
+  if (pc.advantage == "group") { // the critic's returns stay; the policy sees the group's verdict
+    auto per = group_advantages(all, s.task_mean);
+    for (size_t i = 0; i < batch.size(); ++i)
+      adv.slice(0, offsets[i], offsets[i + 1]).fill_(per[i]);
+  } else if (pc.normalize_adv && total_m > 1) {
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8);
+  }
   adv = adv.to(s.dev);
   ret = ret.to(s.dev);
 

@@ -15,8 +15,12 @@ struct ppo_config {
   double vf_coef = 0.5, ent_coef = 0.0;
   double behav_cap = 5.0;  // decoupled PPO: cap on pi_prox / pi_behav
   bool behav_mask = false; // false: clamp the weight at the cap; true: drop tokens above it (AReaL)
-  bool normalize_adv = true; // batch-level mean / std of advantages
-  double policy_coef = 1.0;  // 0 during value pretraining
+  bool normalize_adv = true; // batch-level mean / std of advantages (gae)
+  // gae: per-token GAE with the critic. group: one advantage per trajectory, its reward against
+  // the others of its task group in the batch ((R - mean) / std, GRPO); a trajectory alone in
+  // the batch is measured against its task's running mean reward. The critic still trains.
+  std::string advantage = "gae";
+  double policy_coef = 1.0; // 0 during value pretraining
 };
 
 struct learner_config {
@@ -49,6 +53,11 @@ struct learner_config {
   // Stages: sft (rejection fine-tuning on expert programs), value (critic only), ppo, or all three.
   std::string stage = "ppo"; // sft | value | ppo | all
   int64_t sft_steps = 300;
+  // The sft programs: expert (the heuristic's, one per task) or best_of_k (kiln run samples
+  // sft_candidates random masked programs per task through the pool and keeps the fastest that
+  // verified, the expert's where none beats it: rejection sampling for speed, as CUDA Agent's RFT).
+  std::string sft_source = "expert";
+  int sft_candidates = 8;
   int sft_batch = 32;
   int64_t value_updates = 10;
   int64_t max_updates = 0; // PPO updates before the learner stops itself (0 = until stopped)

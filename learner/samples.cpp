@@ -3,12 +3,15 @@
 #include "rollout/token_space.hpp"
 #include "skills/grammar.hpp"
 
+#include <optional>
+
 namespace kiln {
 
 expected<sample> prepare_sample(const trajectory& t, const task* spec, reward_placement where) {
   sample s;
   s.id = t.id;
   s.task = t.task;
+  s.group = t.group;
   s.tokens = t.tokens;
   s.policy_version = t.policy_version;
   s.reward = t.reward;
@@ -77,6 +80,31 @@ std::vector<int32_t> first_turn_prompt(const task& t) {
   return p;
 }
 
+namespace {
+
+// The warm-up sample of program p on t: the first-turn prompt, then p's tokens as model tokens.
+expected<sample> program_sample(const task& t, const program& p, const std::string& id) {
+  trajectory tr;
+  tr.id = id;
+  tr.task = t.name;
+  tr.tokens = first_turn_prompt(t);
+  auto start = static_cast<int32_t>(tr.tokens.size());
+  tr.loss_mask.assign(tr.tokens.size(), 0);
+  for (int tok : to_tokens(p)) {
+    tr.tokens.push_back(tok);
+    tr.loss_mask.push_back(1);
+  }
+  tr.logprobs.assign(tr.tokens.size(), 0.0f);
+  tr.versions.assign(tr.tokens.size(), 0);
+  turn_record turn;
+  turn.start = start;
+  turn.end = static_cast<int32_t>(tr.tokens.size());
+  tr.turns.push_back(turn);
+  return prepare_sample(tr, &t, reward_placement::episode);
+}
+
+} // namespace
+
 std::vector<sample> expert_samples(const std::vector<task>& tasks, backend_kind backend,
                                    const std::vector<bool>& verified) {
   std::vector<sample> out;
@@ -85,24 +113,28 @@ std::vector<sample> expert_samples(const std::vector<task>& tasks, backend_kind 
     const auto& t = tasks[i];
     auto p = expert_program(t, backend);
     if (!check_program(p, t)) continue;
-    trajectory tr;
-    tr.id = "expert:" + t.name;
-    tr.task = t.name;
-    tr.tokens = first_turn_prompt(t);
-    auto start = static_cast<int32_t>(tr.tokens.size());
-    tr.loss_mask.assign(tr.tokens.size(), 0);
-    for (int id : to_tokens(p)) {
-      tr.tokens.push_back(id);
-      tr.loss_mask.push_back(1);
+    if (auto s = program_sample(t, p, "expert:" + t.name)) out.push_back(std::move(*s));
+  }
+  return out;
+}
+
+std::vector<sample> program_samples(const std::vector<task>& tasks,
+                                    const std::vector<std::string>& programs,
+                                    backend_kind backend) {
+  std::vector<sample> out;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const auto& t = tasks[i];
+    std::string id = "chosen:" + t.name;
+    std::optional<program> p;
+    if (i < programs.size() && !programs[i].empty())
+      if (auto parsed = parse_program(programs[i]); parsed && check_program(*parsed, t))
+        p = *parsed;
+    if (!p) {
+      p = expert_program(t, backend);
+      id = "expert:" + t.name;
+      if (!check_program(*p, t)) continue;
     }
-    tr.logprobs.assign(tr.tokens.size(), 0.0f);
-    tr.versions.assign(tr.tokens.size(), 0);
-    turn_record turn;
-    turn.start = start;
-    turn.end = static_cast<int32_t>(tr.tokens.size());
-    tr.turns.push_back(turn);
-    auto s = prepare_sample(tr, &t, reward_placement::episode);
-    if (s) out.push_back(std::move(*s));
+    if (auto s = program_sample(t, *p, id)) out.push_back(std::move(*s));
   }
   return out;
 }

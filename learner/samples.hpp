@@ -22,7 +22,7 @@ namespace kiln {
 enum class reward_placement { episode, turn };
 
 struct sample {
-  std::string id, task;
+  std::string id, task, group;
   std::vector<int32_t> tokens;    // the whole context
   std::vector<int32_t> model_pos; // positions of model tokens, ascending
   std::vector<uint8_t> masks;     // model_pos.size() x program_token_count(): allowed tokens
@@ -43,6 +43,12 @@ expected<sample> prepare_sample(const trajectory& t, const task* spec, reward_pl
 // program verified correct in the pool (rejection fine-tuning); empty keeps all.
 std::vector<sample> expert_samples(const std::vector<task>& tasks, backend_kind backend,
                                    const std::vector<bool>& verified = {});
+
+// Warm-up samples from chosen programs (rejection sampling: the fastest verified program found
+// for each task): programs[i], in printed form, for tasks[i]; the expert's program where it is
+// empty, does not parse or does not check.
+std::vector<sample> program_samples(const std::vector<task>& tasks,
+                                    const std::vector<std::string>& programs, backend_kind backend);
 
 // The prompt the policy starts a first turn from: [BOS] task tokens [TASK_END] [PROGRAM].
 std::vector<int32_t> first_turn_prompt(const task& t);

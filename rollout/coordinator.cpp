@@ -37,6 +37,11 @@ struct coordinator_state {
   double reward_sum = 0, policy_ms = 0, pool_ms = 0, sink_ms = 0, total_ms = 0;
   double queue_ms = 0, compile_ms = 0, device_ms = 0, baseline_ms = 0;
   int64_t baselines = 0, errors = 0;
+  // Reward against each task's first group of episodes: the batch mean swings with which task
+  // groups land in it, this does not (a curve that rises is the policy improving on its tasks).
+  std::unordered_map<std::string, std::pair<double, int64_t>> first_group; // sum, count
+  double gain_sum = 0;
+  int64_t gain_episodes = 0;
   nlohmann::json episode_rows = nlohmann::json::array(); // keep_episodes only
   static inline const char* name = "kiln.coordinator";
 };
@@ -64,7 +69,9 @@ nlohmann::json summary(coordinator_actor* self, bool final_rows = false) {
                       {"seconds", secs},
                       {"episodes_per_s", secs > 0 ? ended / secs : 0.0},
                       {"steps_per_s", secs > 0 ? st.turns / secs : 0.0},
-                      {"mean_reward", ended ? st.reward_sum / double(ended) : 0.0}};
+                      {"mean_reward", ended ? st.reward_sum / double(ended) : 0.0},
+                      {"task_gain_sum", st.gain_sum},
+                      {"task_gain_episodes", st.gain_episodes}};
   nlohmann::json s;
   for (int i = 0; i < 4; ++i) s[to_string(static_cast<episode_status>(i))] = st.by_status[i];
   j["status"] = s;
@@ -198,6 +205,16 @@ caf::behavior coordinator(coordinator_actor* self, std::vector<std::shared_ptr<r
         st.correct_turns += s.correct_turns;
         st.tokens += s.tokens;
         st.reward_sum += s.reward;
+        {
+          auto& [sum, count] = st.first_group[s.task];
+          if (count < st.cfg.admission.group_size) {
+            sum += s.reward;
+            ++count;
+          } else {
+            st.gain_sum += s.reward - sum / static_cast<double>(count);
+            ++st.gain_episodes;
+          }
+        }
         st.policy_ms += s.policy_ms;
         st.pool_ms += s.pool_ms;
         st.sink_ms += s.sink_ms;
@@ -215,7 +232,8 @@ caf::behavior coordinator(coordinator_actor* self, std::vector<std::shared_ptr<r
                                      {"first_correct_turn", s.first_correct_turn},
                                      {"error", s.error},
                                      {"last_outcome", s.last_outcome},
-                                     {"last_message", s.last_message}});
+                                     {"last_message", s.last_message},
+                                     {"best_program", s.best_program}});
         st.adm->finished(s.handed_on);
         admit(self);
       },

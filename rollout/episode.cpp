@@ -107,7 +107,12 @@ void done(episode_actor* self, bool handed_on, double sink_ms) {
     const auto& t = st.traj.turns[i];
     if (t.outcome != "correct" || t.run_ms <= 0) continue;
     if (s.first_correct_turn < 0) s.first_correct_turn = static_cast<int32_t>(i);
-    if (s.best_kernel_ms <= 0 || t.run_ms < s.best_kernel_ms) s.best_kernel_ms = t.run_ms;
+    if (s.best_kernel_ms <= 0 || t.run_ms < s.best_kernel_ms) {
+      s.best_kernel_ms = t.run_ms;
+      if (!st.a.cfg->text_policy)
+        s.best_program =
+            program_text(st.traj.tokens.data() + t.start, st.traj.tokens.data() + t.end);
+    }
   }
   if (st.a.peers.coordinator)
     self->send(st.a.peers.coordinator, episode_done_atom::value, std::move(s));

@@ -81,6 +81,7 @@ eval_row best_of_samples(eval_row base, const std::vector<sample_result>& sample
     r.kernel_ms = best->best_kernel_ms;
     r.turns = best->first_correct_turn + 1;
     r.outcome = "correct";
+    if (!best->program.empty()) r.program = best->program;
   } else if (!samples.empty()) {
     r.outcome = samples.front().outcome;
     r.message = samples.front().message;

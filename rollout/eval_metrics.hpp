@@ -67,6 +67,7 @@ struct sample_result {
   int turns = 0;               // turns the episode ran
   std::string outcome;         // the episode's status, for failed rows
   std::string message;
+  std::string program; // the fastest correct turn's program, when the policy writes programs
 };
 
 // k samples of one task -> its row (task, level, eager / compile baselines, bytes come in `base`):

@@ -112,3 +112,26 @@ TEST_CASE("what is not a report source is an error naming the path") {
   CHECK_FALSE(notev);
   CHECK(notev.message().find("not a kiln eval result") != std::string::npos);
 }
+
+TEST_CASE("a run's after-training evaluation shows what was learned, set by set") {
+  auto d = make_run("learned");
+  std::ofstream(d / "summary.json") << R"({"name": "unit", "learned": {
+    "train": {"tasks": 2,
+      "untrained": {"pass_rate": 0.5, "geomean_eager": 0.8, "speed_vs_expert": 0.7, "paired_tasks": 1},
+      "trained": {"pass_rate": 1.0, "geomean_eager": 1.3, "speed_vs_expert": 1.25, "paired_tasks": 2},
+      "expert": {"pass_rate": 1.0, "geomean_eager": 1.04, "speed_vs_expert": 1.0, "paired_tasks": 2}},
+    "held_out": {"tasks": 2,
+      "trained": {"pass_rate": 0.5, "geomean_eager": 1.1, "speed_vs_expert": 1.06, "paired_tasks": 1}}}})";
+  std::ofstream(d / "eval.json") << R"([{"policy": "trained", "suite": "held_out", "backend": "cpu",
+    "overall": {"tasks": 1, "pass_rate": 1}, "tasks": []}])";
+  auto s = load_report_source(d.string());
+  REQUIRE(s);
+  auto md = render_markdown({*s});
+  CHECK(md.find("what was learned (kiln_report_test_learned)") != std::string::npos);
+  CHECK(md.find("| train | trained | 100% | 1.3x | 1.25x | 2 |") != std::string::npos);
+  CHECK(md.find("| held_out | trained | 50% | 1.1x | 1.06x | 1 |") != std::string::npos);
+  CHECK(md.find("| trained (held_out) |") != std::string::npos); // the eval entry names its set
+  auto html = render_html({*s});
+  CHECK(html.find("What was learned: kiln_report_test_learned") != std::string::npos);
+  CHECK(html.find("<td>untrained</td><td>50%</td><td>0.8x</td><td>0.7x</td>") != std::string::npos);
+}

@@ -7,6 +7,7 @@
 #include "skills/grammar.hpp"
 
 #include <doctest/doctest.h>
+#include <random>
 
 using namespace kiln;
 
@@ -108,4 +109,26 @@ TEST_CASE("proxy reward (smoke harness): expert structure passes, others score l
   }
   CHECK(lower > 0);
   CHECK(proxy_reward(pts[0].expert, {}).reward == doctest::Approx(-1.0)); // unparsable
+}
+
+TEST_CASE("program samples: the chosen program where it checks, the expert's otherwise") {
+  const auto& tasks = some_tasks();
+  REQUIRE(tasks.size() > 3);
+  std::vector<task> three(tasks.begin(), tasks.begin() + 3);
+  std::mt19937_64 rng(7);
+  auto sampled = sample_program(three[0], rng);
+  std::vector<std::string> programs{tokens_to_text(sampled), "", "kernel ops 99 nonsense end"};
+  auto s = program_samples(three, programs, backend_kind::cpu);
+  REQUIRE(s.size() == 3);
+  auto program_tokens = [](const sample& x) {
+    std::vector<int> out;
+    for (auto pos : x.model_pos) out.push_back(x.tokens[static_cast<size_t>(pos)]);
+    return out;
+  };
+  CHECK(s[0].id == "chosen:" + three[0].name);
+  CHECK(program_tokens(s[0]) == sampled);
+  for (int i : {1, 2}) { // empty and unparsable: the expert's program
+    CHECK(s[i].id == "expert:" + three[i].name);
+    CHECK(program_tokens(s[i]) == to_tokens(expert_program(three[i], backend_kind::cpu)));
+  }
 }

@@ -94,14 +94,15 @@ TEST_CASE("k samples of a task: correct if any is, the fastest correct one's tim
   eval_row base;
   base.task = "t";
   base.eager_ms = 4;
-  sample_result wrong{false, 0, -1, 3, "truncated", "3 turns, none correct"};
-  sample_result slow{true, 2.0, 0, 1, "completed", ""};
-  sample_result fast{true, 1.0, 2, 3, "truncated", ""};
+  sample_result wrong{false, 0, -1, 3, "truncated", "3 turns, none correct", ""};
+  sample_result slow{true, 2.0, 0, 1, "completed", "", "kernel slow end"};
+  sample_result fast{true, 1.0, 2, 3, "truncated", "", "kernel fast end"};
   auto r = best_of_samples(base, {wrong, slow, fast});
   CHECK(r.correct);
   CHECK(r.samples == 3);
-  CHECK(r.kernel_ms == 1.0); // the fastest correct sample ...
-  CHECK(r.turns == 3);       // ... found on its third turn
+  CHECK(r.kernel_ms == 1.0);             // the fastest correct sample ...
+  CHECK(r.turns == 3);                   // ... found on its third turn
+  CHECK(r.program == "kernel fast end"); // and its program (rejection sampling keeps it)
   CHECK(r.eager_ms == 4);
   auto none = best_of_samples(base, {wrong, wrong});
   CHECK_FALSE(none.correct);

@@ -139,3 +139,38 @@ TEST_CASE("the mask rejects off-grammar prefixes") {
   CHECK(m[token_id("ops")] == 1);
   CHECK(m[token_id("end")] == 0);
 }
+
+TEST_CASE("reduced precision only where the task allows it: the mask and the check agree") {
+  for (const auto& t : suites().tasks) {
+    auto p = expert_program(t, backend_kind::cuda);
+    bool has_precision = false;
+    for (auto& g : p.groups)
+      for (auto& s : g.knobs)
+        if (s.k == knob::precision) {
+          s.value = 2; // fp16
+          has_precision = true;
+        }
+    if (!has_precision) continue;
+    auto st = check_program(p, t);
+    if (t.tol.reduced_precision) {
+      CHECK_MESSAGE(st.has_value(), t.name);
+      continue;
+    }
+    REQUIRE_FALSE(st.has_value());
+    CHECK(st.message().find("needs a task with tolerance.reduced_precision") != std::string::npos);
+    // The mask offers fp32 alone after "precision".
+    grammar g(t);
+    auto toks = to_tokens(p);
+    std::vector<int> prefix;
+    for (int tok : toks) {
+      if (tok == token_id("fp16")) break;
+      prefix.push_back(tok);
+    }
+    auto mask = g.mask(prefix);
+    CHECK(mask[static_cast<size_t>(token_id("fp32"))] == 1);
+    CHECK(mask[static_cast<size_t>(token_id("fp16"))] == 0);
+    CHECK(mask[static_cast<size_t>(token_id("tf32"))] == 0);
+    return;
+  }
+  FAIL("no suite task has a precision knob on a fp32 tolerance");
+}
