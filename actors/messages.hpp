@@ -147,6 +147,7 @@ using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using baseline_atom = caf::atom_constant<caf::atom("baseline")>;
 using server_stats_atom = caf::atom_constant<caf::atom("srv_stats")>;
+using discarded_atom = caf::atom_constant<caf::atom("discarded")>;
 
 // Registers the block above (call on every actor_system_config that runs rollout actors).
 void register_rollout_messages(caf::actor_system_config& cfg);

@@ -243,6 +243,8 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
                    [](caf::error&) {});
       if (!s.is_object()) continue;
       int64_t v = learn ? learn->version() : 0;
+      if (learn)
+        caf::anon_send(coord, discarded_atom::value, static_cast<int64_t>(learn->discarded()));
       s["t"] = elapsed();
       s["learner_version"] = v;
       if (learn) {

@@ -749,6 +749,10 @@ status learner::load_checkpoint(const std::string& path) {
 int64_t learner::version() const { return p_->version; }
 int64_t learner::steps() const { return p_->step; }
 uint64_t learner::trajectories_trained() const { return p_->trained; }
+uint64_t learner::discarded() const {
+  std::lock_guard<std::mutex> lock(p_->mu);
+  return p_->dropped_stale + p_->duplicates + p_->rejected + intake_counters().rejected;
+}
 const learner_config& learner::config() const { return p_->cfg; }
 std::shared_ptr<weight_slot> learner::weights() const { return p_->slot; }
 std::shared_ptr<trajectory_queue> learner::queue() const { return p_->queue; }

@@ -71,6 +71,9 @@ public:
   int64_t version() const;
   int64_t steps() const;
   uint64_t trajectories_trained() const;
+  // Trajectories taken in and never trained on: dropped as stale, duplicates, refused by the
+  // learner or by its intake (running total; the coordinator's admission bound gives them back).
+  uint64_t discarded() const;
   const learner_config& config() const;
   std::shared_ptr<weight_slot> weights() const;
   std::shared_ptr<trajectory_queue> queue() const;

@@ -1,7 +1,7 @@
 // Admission control: how many more episodes may start now. AReaL's staleness bound keeps
 // trajectories at most `eta` policy versions behind the learner:
-//   admit while min(max_concurrent - running, (eta + version + 1) * batch - (accepted + running)) >
-//   0
+//   admit while min(max_concurrent - running,
+//                   (eta + version + 1) * batch - (accepted - discarded + running)) > 0
 // eta = 0 is synchronous RL (one batch per version); eta < 0 turns the bound off. Episodes come
 // in groups of `group_size` consecutive episodes on one task (group baselines, GRPO-style).
 //   coordinator: on start / episode done / new version --capacity()--> spawn that many
@@ -38,6 +38,11 @@ public:
     if (accepted) ++accepted_;
   }
   void set_version(int64_t v) { version_ = v > version_ ? v : version_; }
+  // The learner's running total of accepted trajectories it threw away (too stale by the time a
+  // batch formed, malformed, duplicates): they free their places under the bound, or a learner
+  // that dropped a batch's worth would wait for trajectories that are never admitted.
+  void set_discarded(int64_t total) { discarded_ = total > discarded_ ? total : discarded_; }
+  int64_t discarded() const { return discarded_; }
 
   bool all_done() const { return cfg_.total > 0 && started_ >= cfg_.total && running_ == 0; }
   int64_t running() const { return running_; }
@@ -48,7 +53,7 @@ public:
 
 private:
   admission_config cfg_;
-  int64_t running_ = 0, accepted_ = 0, started_ = 0, version_ = 0;
+  int64_t running_ = 0, accepted_ = 0, started_ = 0, version_ = 0, discarded_ = 0;
 };
 
 } // namespace kiln

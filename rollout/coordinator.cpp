@@ -71,7 +71,8 @@ nlohmann::json summary(coordinator_actor* self, bool final_rows = false) {
                       {"steps_per_s", secs > 0 ? st.turns / secs : 0.0},
                       {"mean_reward", ended ? st.reward_sum / double(ended) : 0.0},
                       {"task_gain_sum", st.gain_sum},
-                      {"task_gain_episodes", st.gain_episodes}};
+                      {"task_gain_episodes", st.gain_episodes},
+                      {"learner_discarded", st.adm->discarded()}};
   nlohmann::json s;
   for (int i = 0; i < 4; ++i) s[to_string(static_cast<episode_status>(i))] = st.by_status[i];
   j["status"] = s;
@@ -239,6 +240,10 @@ caf::behavior coordinator(coordinator_actor* self, std::vector<std::shared_ptr<r
       },
       [=](version_atom, int64_t v) {
         self->state.adm->set_version(v);
+        admit(self);
+      },
+      [=](discarded_atom, int64_t total) {
+        self->state.adm->set_discarded(total);
         admit(self);
       },
       [=](run_atom) -> caf::result<std::string> {

@@ -61,3 +61,20 @@ TEST_CASE("admission: max_concurrent and total cap it, eta < 0 turns the bound o
   CHECK(a.all_done());
   CHECK(a.accepted() == 15);
 }
+
+TEST_CASE("admission: trajectories the learner discarded free their places under the bound") {
+  admission_config c;
+  c.max_concurrent = 100;
+  c.eta = 1;
+  c.batch = 4;
+  admission_control a(c);
+  CHECK(admit_all(a) == 8); // (1 + 0 + 1) * 4
+  for (int i = 0; i < 8; ++i) a.finished(true);
+  CHECK(a.capacity() == 0);
+  // The learner's version moved on (sft, value updates) and 6 of the 8 became too stale to train
+  // on: without this the rollout would wait forever for a version that needs them.
+  a.set_discarded(6);
+  CHECK(a.capacity() == 6);
+  a.set_discarded(2); // a running total never goes back
+  CHECK(a.discarded() == 6);
+}
