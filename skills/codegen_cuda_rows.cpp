@@ -109,6 +109,27 @@ string stat_accumulate(bool rms, bool onepass, int64_t V) {
   return o.str();
 }
 
+// A row of UN units in registers: unit q = tid + k * T (k < K) of the row into xs[k] from
+// X + base + offset(q), units past the row (ragged) filled with `pad`. With `track_max`, the row's
+// maximum m over every thread as well (shf: 32 floats of shared memory).
+string load_row_registers(const string& X, const string& offset_of_q, int64_t K, int64_t V,
+                          bool ragged, const string& pad, bool track_max) {
+  std::ostringstream o;
+  o << "  float xs[" << K << "][" << V << "];\n";
+  if (track_max) o << "  float m = -KILN_INF;\n";
+  o << "#pragma unroll\n  for (int k = 0; k < " << K << "; ++k) {\n"
+    << "    const I q = (I)tid + k * T;\n";
+  if (ragged)
+    o << "    if (q >= UN) {\n#pragma unroll\n      for (int e = 0; e < " << V
+      << "; ++e) xs[k][e] = " << pad << ";\n      continue;\n    }\n";
+  o << "    kld<" << V << ">(" << X << " + base + " << offset_of_q << ", xs[k]);\n";
+  if (track_max)
+    o << "#pragma unroll\n    for (int e = 0; e < " << V << "; ++e) m = kmax(m, xs[k][e]);\n";
+  o << "  }\n";
+  if (track_max) o << "  m = kallreduce<f_max, T>(m, shf);\n";
+  return o.str();
+}
+
 } // namespace
 
 void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info,
@@ -154,14 +175,7 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
     string guard = ragged ? "      if (q >= UN) continue;\n" : "";
     o << "  __shared__ float shf[32];\n" << row_header(T, ng.rows);
     geometry(o);
-    o << "  float xs[" << K << "][" << V << "];\n"
-      << "#pragma unroll\n  for (int k = 0; k < " << K << "; ++k) {\n"
-      << "    const I q = (I)tid + k * T;\n";
-    if (ragged)
-      o << "    if (q >= UN) {\n#pragma unroll\n      for (int e = 0; e < " << V
-        << "; ++e) xs[k][e] = 0.f;\n      continue;\n    }\n";
-    o << "    kld<" << V << ">(" << X << " + base + " << unit_offset(ng, V, "q") << ", xs[k]);\n"
-      << "  }\n"
+    o << load_row_registers(X, unit_offset(ng, V, "q"), K, V, ragged, "0.f", false)
       << "  float s1 = 0.f, s2 = 0.f;\n"
       << "#pragma unroll\n  for (int k = 0; k < " << K << "; ++k)\n#pragma unroll\n"
       << "    for (int e = 0; e < " << V
@@ -380,17 +394,7 @@ void emit_softmax_like(gen& g, const group& grp, const string& pfx, const op_nod
     bool ragged = units % T != 0;
     o << "  __shared__ float shf[32];\n"
       << "  constexpr I UN = " << lit(units) << ";\n"
-      << "  float xs[" << K << "][" << V << "];\n"
-      << "  float m = -KILN_INF;\n"
-      << "#pragma unroll\n  for (int k = 0; k < " << K << "; ++k) {\n"
-      << "    const I q = (I)tid + k * T;\n";
-    if (ragged)
-      o << "    if (q >= UN) {\n#pragma unroll\n      for (int e = 0; e < " << V
-        << "; ++e) xs[k][e] = -KILN_INF;\n      continue;\n    }\n";
-    o << "    kld<" << V << ">(" << X << " + base + q * " << V << ", xs[k]);\n"
-      << "#pragma unroll\n    for (int e = 0; e < " << V << "; ++e) m = kmax(m, xs[k][e]);\n"
-      << "  }\n"
-      << "  m = kallreduce<f_max, T>(m, shf);\n"
+      << load_row_registers(X, "q * " + std::to_string(V), K, V, ragged, "-KILN_INF", true)
       << "  float s = 0.f;\n"
       << "#pragma unroll\n  for (int k = 0; k < " << K << "; ++k) {\n"
       << (ragged ? "    if ((I)tid + k * T >= UN) continue;\n" : "") << "#pragma unroll\n"
@@ -520,17 +524,7 @@ void emit_reduce(gen& g, const group& grp, const string& pfx, const op_node& op,
     o << "  __shared__ float shf[32];\n"
       << row_header(T, nout) << "  const I oi = row;\n"
       << base_code("oi") << "  constexpr I UN = " << lit(units) << ";\n"
-      << "  float xs[" << K << "][" << V << "];\n"
-      << "  float m = -KILN_INF;\n"
-      << "#pragma unroll\n  for (int k = 0; k < " << K << "; ++k) {\n"
-      << "    const I q = (I)tid + k * T;\n";
-    if (ragged)
-      o << "    if (q >= UN) {\n#pragma unroll\n      for (int e = 0; e < " << V
-        << "; ++e) xs[k][e] = -KILN_INF;\n      continue;\n    }\n";
-    o << "    kld<" << V << ">(" << X << " + base + q * " << V << ", xs[k]);\n"
-      << "#pragma unroll\n    for (int e = 0; e < " << V << "; ++e) m = kmax(m, xs[k][e]);\n"
-      << "  }\n"
-      << "  m = kallreduce<f_max, T>(m, shf);\n"
+      << load_row_registers(X, "q * " + std::to_string(V), K, V, ragged, "-KILN_INF", true)
       << "  float s = 0.f;\n"
       << "#pragma unroll\n  for (int k = 0; k < " << K << "; ++k)\n#pragma unroll\n"
       << "    for (int e = 0; e < " << V << "; ++e)\n"
