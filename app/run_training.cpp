@@ -178,6 +178,13 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
       std::ofstream(run_dir + "/sft_programs.json") << chosen->summary.dump(2) << "\n";
       learn->set_sft_samples(program_samples(tasks, chosen->programs, pcfg->backend));
     }
+    // The warm-up before the first episode: episodes sampled from the untrained weights while sft
+    // ran would be stale at once, discarded, and spend the episode budget on programs nobody
+    // trains on.
+    if (sft) {
+      spdlog::info("learner sft: {} steps before the rollout starts", lc.sft_steps);
+      if (auto r = learn->run_sft(lc.sft_steps); !r) return fail("learner sft: " + r.message());
+    }
     if (auto st = learn->start(); !st) return fail("learner: " + st.message());
   }
   policy_server_config psc;
