@@ -166,14 +166,17 @@ expected<nlohmann::json> evaluate_learning(const run_config& cfg, const common_a
   if (!cfg.eval_held_out.empty()) {
     auto held = load_tasks(cfg.eval_held_out, limits_of(cfg));
     for (const auto& e : held.errors) spdlog::error("{}", e.message);
+    int overlap = 0;
     for (auto& t : held.tasks) {
       bool seen =
           std::any_of(train.begin(), train.end(), [&](const task& x) { return x.name == t.name; });
       if (seen)
-        spdlog::warn("eval.held_out_suites: task '{}' is also a training task; left out", t.name);
+        ++overlap;
       else
         sets[1].tasks.push_back(std::move(t));
     }
+    if (overlap > 0)
+      spdlog::info("eval.held_out_suites: {} training tasks left out of the held-out set", overlap);
   }
   for (auto& s : sets)
     if (cfg.eval_after_max_tasks > 0 &&

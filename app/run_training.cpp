@@ -338,6 +338,19 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   cv.notify_all();
   progress.join();
   if (learn) {
+    // Episodes can outrun the learner (eta > 0, a fast pool): train on what arrived, batch by
+    // batch, before the final checkpoint, or the last versions' episodes are lost to training.
+    const double accepted = num(summary, "accepted");
+    auto unaccounted = [&] {
+      return accepted - static_cast<double>(learn->trajectories_trained() + learn->discarded());
+    };
+    auto drain_until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+    if (!g_interrupted && unaccounted() >= lc.batch_size)
+      spdlog::info("rollout done; the learner trains on the {:.0f} trajectories still waiting",
+                   unaccounted());
+    while (!g_interrupted && !learn->finished() && unaccounted() >= lc.batch_size &&
+           std::chrono::steady_clock::now() < drain_until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
     learn->stop(); // writes the final checkpoint
     summary["learner_version"] = learn->version();
     summary["learner_steps"] = learn->steps();
