@@ -525,8 +525,12 @@ expected<update_metrics> learner::update() {
     m.rejected = s.rejected;
   }
   s.trained += batch.size();
-  ++s.version;
-  publish();
+  // A version is a policy: critic-only updates leave the policy as it was, so its episodes stay
+  // fresh (bumping here made every episode of the sft policy stale two value updates later).
+  if (!value_only) {
+    ++s.version;
+    publish();
+  }
   m.version = s.version;
   m.step = s.step;
   m.lr = s.lr_at(s.step - 1);

@@ -259,6 +259,7 @@ TEST_CASE("learner stages: sft raises expert log-likelihood, value pretraining l
   CHECK(vm->stage == "value");
   CHECK(max_abs_diff(scores(**v, eps[0]), s0) < 1e-7); // policy untouched
   CHECK(vm->vf_loss > 0);
+  CHECK((*v)->version() == 0); // and so is its version: the episodes it wrote stay fresh
 }
 
 TEST_CASE("learner host: PUSH trajectories in over ZeroMQ, weights out over PUB to a policy") {
@@ -443,5 +444,5 @@ TEST_CASE("learner host: stage all runs sft, then value pretraining, then ppo, t
   (*l)->stop();
   std::lock_guard<std::mutex> lock(mu);
   CHECK(stages == std::vector<std::string>{"sft", "value", "ppo"});
-  CHECK((*l)->version() == 3);
+  CHECK((*l)->version() == 2); // sft and ppo; the value update leaves the policy's version
 }
