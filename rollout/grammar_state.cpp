@@ -23,7 +23,8 @@ grammar_tables::grammar_tables(const task& t) : total_(static_cast<int64_t>(t.op
     for (knob k : template_knobs(templates[i])) {
       knob_tokens kt;
       kt.name = token_id(to_string(k));
-      for (auto v : knob_values(k)) kt.values.push_back(token_id(knob_value_word(k, v)));
+      for (auto v : knob_values(k))
+        if (knob_value_allowed(t, k, v)) kt.values.push_back(token_id(knob_value_word(k, v)));
       ks.push_back(std::move(kt));
     }
   }

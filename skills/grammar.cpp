@@ -26,13 +26,6 @@ std::vector<std::string> make_vocab() {
 
 op_family family_of(const op_node& op) { return find_op(op.op)->family; }
 
-// tf32 / fp16 only where the task says reduced_precision: an fp32 task's verification draws a
-// handful of inputs, and reduced math that happens to stay inside its tolerance on them is still
-// not the fp32 result the task asked for (random programs found 9x this way on the H200).
-bool value_allowed(const task& t, knob k, int64_t v) {
-  return k != knob::precision || v == 0 || t.tol.reduced_precision;
-}
-
 bool is_elementwise(op_family f) { return f == op_family::unary || f == op_family::binary; }
 
 std::vector<kernel_template> anchor_templates(op_family f) {
@@ -205,7 +198,7 @@ status check_program(const program& p, const task& t) {
       if (std::find(vals.begin(), vals.end(), s.value) == vals.end())
         return error{at + ": knob " + std::string(to_string(s.k)) + " has no value " +
                      std::to_string(s.value)};
-      if (!value_allowed(t, s.k, s.value))
+      if (!knob_value_allowed(t, s.k, s.value))
         return error{at + ": precision " + knob_value_word(s.k, s.value) +
                      " needs a task with tolerance.reduced_precision = true (this one is fp32)"};
     }
@@ -215,6 +208,10 @@ status check_program(const program& p, const task& t) {
     return error{"program: covers " + std::to_string(next) + " of " + std::to_string(t.ops.size()) +
                  " ops"};
   return ok();
+}
+
+bool knob_value_allowed(const task& t, knob k, int64_t v) {
+  return k != knob::precision || v == 0 || t.tol.reduced_precision;
 }
 
 std::vector<int> to_tokens(const program& p) {
@@ -272,7 +269,7 @@ std::vector<int> grammar::valid_next(const std::vector<int>& prefix) const {
     case cursor::expect::knob_value: {
       knob k = template_knobs(cur.tmpl)[cur.knob_index];
       for (auto v : knob_values(k))
-        if (value_allowed(task_, k, v)) ids.push_back(token_id(knob_value_word(k, v)));
+        if (knob_value_allowed(task_, k, v)) ids.push_back(token_id(knob_value_word(k, v)));
       break;
     }
     case cursor::expect::done:

@@ -24,6 +24,11 @@ std::string tokens_to_text(const std::vector<int>& ids);
 // Knobs of a template, in the order they appear; and the values a knob may take.
 const std::vector<knob>& template_knobs(kernel_template t);
 const std::vector<int64_t>& knob_values(knob k);
+// Whether a task admits value v of knob k: tf32 / fp16 only where the task says
+// tolerance.reduced_precision (a handful of verification draws can stay inside an fp32 tolerance
+// while the math is not fp32: random programs found 9x that way on the H200). The grammar masks
+// (grammar.hpp and rollout's incremental one) and check_program all ask this.
+bool knob_value_allowed(const task& t, knob k, int64_t v);
 // The safe value a knob takes when a program leaves it out.
 int64_t knob_default(knob k);
 
