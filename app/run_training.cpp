@@ -340,15 +340,14 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   if (learn) {
     // Episodes can outrun the learner (eta > 0, a fast pool): train on what arrived, batch by
     // batch, before the final checkpoint, or the last versions' episodes are lost to training.
-    const double accepted = num(summary, "accepted");
-    auto unaccounted = [&] {
-      return accepted - static_cast<double>(learn->trajectories_trained() + learn->discarded());
-    };
+    std::this_thread::sleep_for(std::chrono::milliseconds(500)); // the sink's last frames
+    auto waiting = [&] { return learn->pending() + learn->queue()->size(); };
     auto drain_until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
-    if (!g_interrupted && unaccounted() >= lc.batch_size)
-      spdlog::info("rollout done; the learner trains on the {:.0f} trajectories still waiting",
-                   unaccounted());
-    while (!g_interrupted && !learn->finished() && unaccounted() >= lc.batch_size &&
+    if (!g_interrupted && waiting() >= static_cast<size_t>(lc.batch_size))
+      spdlog::info("rollout done; the learner trains on the {} trajectories still waiting",
+                   waiting());
+    while (!g_interrupted && !learn->finished() &&
+           waiting() >= static_cast<size_t>(lc.batch_size) &&
            std::chrono::steady_clock::now() < drain_until)
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     learn->stop(); // writes the final checkpoint

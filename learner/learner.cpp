@@ -212,6 +212,7 @@ struct learner::impl {
   std::unordered_set<std::string> seen_trained, seen_pending;
   uint64_t dropped_stale = 0, duplicates = 0, rejected = 0;
   std::map<std::string, double> task_mean; // running mean reward per task (group advantages)
+  uint64_t critic_only = 0; // trajectories spent on value pretraining (no policy version made)
   std::shared_ptr<weight_slot> slot = std::make_shared<weight_slot>();
   std::shared_ptr<trajectory_queue> queue;
   std::unique_ptr<intake> in;
@@ -504,9 +505,10 @@ expected<update_metrics> learner::update() {
       ++updates;
     }
   }
-  if (value_only)
+  if (value_only) {
     ++s.value_updates_done;
-  else
+    s.critic_only += batch.size();
+  } else
     ++s.ppo_updates;
   if (!value_only && updates > 0 && s.cfg.kl_every > 0 && s.ppo_updates % s.cfg.kl_every == 0) {
     torch::NoGradGuard ng;
@@ -755,7 +757,8 @@ int64_t learner::steps() const { return p_->step; }
 uint64_t learner::trajectories_trained() const { return p_->trained; }
 uint64_t learner::discarded() const {
   std::lock_guard<std::mutex> lock(p_->mu);
-  return p_->dropped_stale + p_->duplicates + p_->rejected + intake_counters().rejected;
+  return p_->dropped_stale + p_->duplicates + p_->rejected + p_->critic_only +
+         intake_counters().rejected;
 }
 const learner_config& learner::config() const { return p_->cfg; }
 std::shared_ptr<weight_slot> learner::weights() const { return p_->slot; }

@@ -71,8 +71,10 @@ public:
   int64_t version() const;
   int64_t steps() const;
   uint64_t trajectories_trained() const;
-  // Trajectories taken in and never trained on: dropped as stale, duplicates, refused by the
-  // learner or by its intake (running total; the coordinator's admission bound gives them back).
+  // Trajectories taken in that made no policy version: dropped as stale, duplicates, refused by
+  // the learner or its intake, or spent on critic-only updates (running total; the coordinator's
+  // admission bound gives their places back, or eta = 0 would wait forever during value
+  // pretraining).
   uint64_t discarded() const;
   const learner_config& config() const;
   std::shared_ptr<weight_slot> weights() const;
