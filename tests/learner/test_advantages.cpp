@@ -33,7 +33,7 @@ TEST_CASE("group advantages: each episode against its own group, scaled by the g
   CHECK(adv[3] == doctest::Approx(1).epsilon(1e-4));
 }
 
-TEST_CASE("group advantages: equal rewards teach nothing; a lone episode meets its task's mean") {
+TEST_CASE("group advantages: equal rewards teach nothing, a lone episode meets its task's mean") {
   std::map<std::string, double> mean;
   std::vector<sample> same{make("a", "g1", 3), make("a", "g1", 3), make("a", "g1", 3)};
   for (float a : group_advantages(ptrs(same), mean)) CHECK(a == 0.0f);

@@ -971,9 +971,15 @@ TEST_CASE("bounds 0 on non-divisible shapes gives wrong results, bounds 1 correc
 }
 
 TEST_CASE("reduced precision fails for real on a long reduction") {
+  // The task admits reduced precision (else check_program refuses it, below) but keeps an fp32
+  // tolerance: fp16 / tf32 math must really be reduced to fail it.
   task t = make_task(R"(
 name = "long_k"
 outputs = ["y"]
+[tolerance]
+atol = 1e-4
+rtol = 1e-4
+reduced_precision = true
 [[inputs]]
 name = "x"
 shape = [16, 4096]
@@ -994,6 +1000,11 @@ args = ["x", "w"]
   CHECK(evaluate(t, prec(kernel_template::gemm, 2)).at == outcome::stage::wrong);
   CHECK(evaluate(t, prec(kernel_template::gemm, 1)).at == outcome::stage::wrong);
   CHECK(evaluate(t, prec(kernel_template::library, 2)).at == outcome::stage::wrong);
+  task fp32 = t;
+  fp32.tol.reduced_precision = false;
+  auto st = check_program(prec(kernel_template::gemm, 2), fp32);
+  REQUIRE_FALSE(st.has_value());
+  CHECK(st.message().find("reduced_precision") != std::string::npos);
 }
 
 TEST_CASE("unsupported dtypes are errors, not crashes") {
