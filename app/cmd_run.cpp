@@ -290,7 +290,9 @@ int cmd_run(const common_args& common, const run_args& args) {
       return 2;
     }
     summary["rollout"] = *trained;
-    if (cfg->eval_after_training && !trained->value("interrupted", false)) {
+    // After training: only a hosted model learned anything (expert / random only stream).
+    if (cfg->eval_after_training && cfg->rollout_policy == "model" &&
+        !trained->value("interrupted", false)) {
       std::vector<task> train = set.tasks;
       if (cfg->rollout_max_tasks > 0 && static_cast<int64_t>(train.size()) > cfg->rollout_max_tasks)
         train.resize(static_cast<std::size_t>(cfg->rollout_max_tasks));
