@@ -6,6 +6,7 @@
 #pragma once
 
 #include "rollout/rollout_task.hpp"
+#include "rollout/trajectory.hpp"
 
 #include <algorithm>
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -47,6 +48,14 @@ struct gen_reply {
   bool text_policy = false;
   std::string text, submission, failure;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  // Text policies, for the trajectory: the messages this turn added before the answer (system and
+  // task on the first turn, the outcome later), the context tokens the server put before the
+  // answer in the model's vocabulary (empty without token ids; loss_mask 0), the served weights'
+  // version when the turn was asked, the model's name and the endpoint kind.
+  std::vector<message_record> asked;
+  std::vector<int32_t> prefix;
+  int64_t version = 0;
+  std::string model, api;
 
   size_t size() const { return packed.size() / 3; }
   const int32_t* tokens_begin() const { return packed.data(); }
@@ -74,15 +83,22 @@ struct gen_reply {
 };
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, message_record& x) {
+  return f(caf::meta::type_name("message_record"), x.role, x.content);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_reply& x) {
   return f(caf::meta::type_name("gen_reply"), x.packed, x.complete, x.queue_ms, x.policy_ms,
-           x.text_policy, x.text, x.submission, x.failure, x.prompt_tokens, x.completion_tokens);
+           x.text_policy, x.text, x.submission, x.failure, x.prompt_tokens, x.completion_tokens,
+           x.asked, x.prefix, x.version, x.model, x.api);
 }
 
 // An LLM endpoint's answer to one turn, from the HTTP client's thread back to the LLM policy
 // server (llm/llm_policy_server.hpp).
 struct llm_answer {
   uint64_t seq_id = 0;
+  int32_t stage = 0; // which request of the turn this answers (llm_policy_server.cpp)
   int32_t status = 0;
   std::string body, error;
   int32_t attempts = 0;
@@ -91,8 +107,8 @@ struct llm_answer {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, llm_answer& x) {
-  return f(caf::meta::type_name("llm_answer"), x.seq_id, x.status, x.body, x.error, x.attempts,
-           x.ms);
+  return f(caf::meta::type_name("llm_answer"), x.seq_id, x.stage, x.status, x.body, x.error,
+           x.attempts, x.ms);
 }
 
 // What an episode tells the coordinator when it ends (after the sink took its trajectory).

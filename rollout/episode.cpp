@@ -202,6 +202,17 @@ void on_program(episode_actor* self, gen_reply& rep) {
   if (rep.packed.size() % 3 != 0)
     return finish(self, episode_status::failed, "policy: malformed reply (packed size)");
   size_t n = rep.size();
+  if (rep.text_policy) {
+    // The model's own vocabulary: what the server put before the answer is context, not action.
+    t.tokens.insert(t.tokens.end(), rep.prefix.begin(), rep.prefix.end());
+    t.loss_mask.insert(t.loss_mask.end(), rep.prefix.size(), 0);
+    t.logprobs.insert(t.logprobs.end(), rep.prefix.size(), 0.f);
+    t.versions.insert(t.versions.end(), rep.prefix.size(), -1);
+    t.messages.insert(t.messages.end(), rep.asked.begin(), rep.asked.end());
+    t.messages.push_back({"assistant", rep.text});
+    if (t.model.empty()) t.model = rep.model, t.api = rep.api;
+    if (!st.versioned && n == 0) t.policy_version = rep.version, st.versioned = true;
+  }
   turn_record rec;
   rec.start = static_cast<int32_t>(t.tokens.size());
   if (!st.versioned && n > 0) {

@@ -3,6 +3,7 @@
 // can count and skip a bad message instead of training on it.
 #include "rollout/trajectory.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <msgpack.hpp>
@@ -201,6 +202,9 @@ trajectory decode_map(const msgpack::object& root, const trajectory_limits& lim)
     r.start = static_cast<int32_t>(s);
     r.end = static_cast<int32_t>(e);
     r.outcome = get_str(tm, "outcome", where);
+    if (r.outcome.size() > lim.max_string)
+      fail("'" + where + "outcome' has " + std::to_string(r.outcome.size()) + " bytes, limit " +
+           std::to_string(lim.max_string));
     r.reward = get_num(tm, "reward", where);
     r.speedup_eager = get_num(tm, "speedup_eager", where);
     const auto& sc = need(tm, "speedup_compile", where);
@@ -216,15 +220,38 @@ trajectory decode_map(const msgpack::object& root, const trajectory_limits& lim)
   t.timings.compile_ms = get_num(tim, "compile_ms", "timings.");
   t.timings.device_ms = get_num(tim, "device_ms", "timings.");
   t.timings.total_ms = get_num(tim, "total_ms", "timings.");
+  if (const auto* msgs = find(m, "messages")) {
+    if (msgs->type != msgpack::type::ARRAY) fail("'messages' must be an array");
+    for (uint32_t i = 0; i < msgs->via.array.size; ++i) {
+      std::string where = "messages[" + std::to_string(i) + "].";
+      const auto& mm = as_map(msgs->via.array.ptr[i], "messages[" + std::to_string(i) + "]");
+      message_record r{get_str(mm, "role", where), get_str(mm, "content", where)};
+      if (r.content.size() > lim.max_text)
+        fail(where + "content has " + std::to_string(r.content.size()) + " bytes, limit " +
+             std::to_string(lim.max_text));
+      if (r.role != "system" && r.role != "user" && r.role != "assistant")
+        fail("'" + where + "role' = '" + r.role + "': expected system, user or assistant");
+      t.messages.push_back(std::move(r));
+    }
+  }
+  if (find(m, "model")) t.model = get_str(m, "model");
+  if (find(m, "api")) t.api = get_str(m, "api");
+  for (const auto* s : {&t.id, &t.task, &t.group, &t.model, &t.api})
+    if (s->size() > lim.max_string)
+      fail("a name of " + std::to_string(s->size()) + " bytes, limit " +
+           std::to_string(lim.max_string));
   return t;
 }
 
 } // namespace
 
 std::string encode(const trajectory& t) {
-  msgpack::sbuffer buf(64 + t.tokens.size() * 13 + t.turns.size() * 160);
+  size_t text = 0;
+  for (const auto& m : t.messages) text += m.content.size() + 32;
+  msgpack::sbuffer buf(64 + t.tokens.size() * 13 + t.turns.size() * 160 + text);
   packer p(buf);
-  p.pack_map(13);
+  bool llm = !t.messages.empty() || !t.model.empty() || !t.api.empty();
+  p.pack_map(llm ? 16 : 13);
   key(p, "v");
   p.pack(wire_version);
   key(p, "id");
@@ -285,6 +312,21 @@ std::string encode(const trajectory& t) {
   p.pack(t.timings.device_ms);
   key(p, "total_ms");
   p.pack(t.timings.total_ms);
+  if (llm) {
+    key(p, "messages");
+    p.pack_array(static_cast<uint32_t>(t.messages.size()));
+    for (const auto& m : t.messages) {
+      p.pack_map(2);
+      key(p, "role");
+      p.pack(m.role);
+      key(p, "content");
+      p.pack(m.content);
+    }
+    key(p, "model");
+    p.pack(t.model);
+    key(p, "api");
+    p.pack(t.api);
+  }
   return std::string(buf.data(), buf.size());
 }
 
@@ -294,10 +336,13 @@ expected<trajectory> decode_trajectory(const char* data, size_t size,
     return error{"trajectory: message of " + std::to_string(size) + " bytes exceeds the limit of " +
                  std::to_string(limits.max_bytes)};
   try {
-    // Sized to the schema: the top map has 13 keys (64 allows forward-compatible extras), arrays
-    // are only `turns`, bins are at most 4 bytes per token, nesting is map > turns > turn map.
+    // Sized to the schema: the top map has 13 keys, 16 with an LLM's (64 allows forward-compatible
+    // extras), arrays are `turns` and `messages` (two per turn and the prompt's two), bins are at
+    // most 4 bytes per token, nesting is map > turns / messages > map. Strings may be message
+    // contents; names are checked against max_string after unpacking.
     size_t max_bin = limits.max_tokens > (SIZE_MAX / 4) ? SIZE_MAX : limits.max_tokens * 4;
-    msgpack::unpack_limit lim(/*array*/ limits.max_turns, /*map*/ 64, /*str*/ limits.max_string,
+    msgpack::unpack_limit lim(/*array*/ 2 * limits.max_turns + 2, /*map*/ 64,
+                              /*str*/ std::max(limits.max_string, limits.max_text),
                               /*bin*/ max_bin, /*ext*/ 0, /*depth*/ 4);
     size_t off = 0;
     auto handle = msgpack::unpack(data, size, off, nullptr, nullptr, lim);

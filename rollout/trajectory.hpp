@@ -32,17 +32,29 @@ struct episode_timings {
   double queue_ms = 0, policy_ms = 0, compile_ms = 0, device_ms = 0, total_ms = 0;
 };
 
+// One message of an LLM episode's conversation, as text.
+struct message_record {
+  std::string role; // "system" | "user" | "assistant"
+  std::string content;
+};
+
 struct trajectory {
   std::string id, task, group;
   episode_status status = episode_status::completed;
-  int64_t policy_version = 0;    // version at the episode's first token
-  std::vector<int32_t> tokens;   // whole multi-turn context (rollout/token_space.hpp ids)
+  int64_t policy_version = 0;     // version at the episode's first token
+  std::vector<int32_t> tokens;    // whole multi-turn context (rollout/token_space.hpp ids)
   std::vector<uint8_t> loss_mask; // 1 on model-generated tokens only
-  std::vector<float> logprobs;   // behaviour log-probs, 0 where loss_mask is 0
-  std::vector<int32_t> versions; // policy version per token, -1 where loss_mask is 0
+  std::vector<float> logprobs;    // behaviour log-probs, 0 where loss_mask is 0
+  std::vector<int32_t> versions;  // policy version per token, -1 where loss_mask is 0
   std::vector<turn_record> turns;
   double reward = 0;
   episode_timings timings;
+  // LLM episodes (text policies) only, each key written only when set: the conversation as text,
+  // the model's name and the endpoint kind (chat | vllm | sglang). Their tokens are then in the
+  // model's own vocabulary (prompt and observations with loss_mask 0), or empty when the endpoint
+  // returned no token ids (chat).
+  std::vector<message_record> messages;
+  std::string model, api;
 };
 
 // What a decoder accepts; anything beyond is rejected before it is allocated.
@@ -50,8 +62,9 @@ struct trajectory_limits {
   size_t max_bytes = size_t{16} << 20;
   size_t max_tokens = size_t{1} << 20;
   size_t max_turns = 1024;
-  size_t max_string = 4096;
-  int32_t vocab_size = 0; // > 0: every token id must be in [0, vocab_size)
+  size_t max_string = 4096;          // names, outcomes, roles
+  size_t max_text = size_t{1} << 20; // one message's content
+  int32_t vocab_size = 0;            // > 0: every token id must be in [0, vocab_size)
 };
 
 std::string encode(const trajectory& t);

@@ -16,13 +16,19 @@ namespace kiln {
 namespace {
 
 struct pending {
-  std::string bytes;
+  zmq::message_t msg; // shared by reference count between the outputs' sends
+  int64_t size = 0;   // a sent message_t reads as empty
+  size_t next = 0;    // the first output that has not taken it yet
   caf::typed_response_promise<bool> promise;
 };
 
-struct sink_state {
+struct zmq_parts {
   std::unique_ptr<zmq::context_t> ctx;
-  std::unique_ptr<zmq::socket_t> sock;
+  std::vector<std::unique_ptr<zmq::socket_t>> socks;
+};
+
+struct sink_state {
+  zmq_parts z;
   sink_config cfg;
   std::deque<pending> queue;
   bool retry_scheduled = false;
@@ -32,39 +38,38 @@ struct sink_state {
     if (!queue.empty())
       spdlog::warn("trajectory sink: {} trajectories not handed to ZeroMQ at shutdown",
                    queue.size());
-    sock.reset(); // linger applies here
-    ctx.reset();
+    queue.clear();
+    z.socks.clear(); // linger applies here
+    z.ctx.reset();
   }
   static inline const char* name = "kiln.trajectory_sink";
 };
 using sink_actor = caf::stateful_actor<sink_state>;
 
-// Hands queued messages to ZeroMQ in order until it would block.
+// Hands queued messages to every output in order until one would block.
 void flush(sink_actor* self) {
   auto& st = self->state;
   while (!st.queue.empty()) {
     auto& p = st.queue.front();
-    // Zero copy: ZeroMQ frees the string once sent.
-    auto* owned = new std::string(std::move(p.bytes));
-    auto size = static_cast<int64_t>(owned->size()); // a sent message_t reads as empty
-    zmq::message_t msg(
-        owned->data(), owned->size(),
-        [](void*, void* hint) { delete static_cast<std::string*>(hint); }, owned);
-    zmq::send_result_t r;
-    try {
-      r = st.sock->send(msg, zmq::send_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      // Kept and retried like a full queue (nothing is dropped); logged once per streak.
-      if (st.errors++ == 0) spdlog::error("trajectory sink: send failed: {}", e.what());
-      r = {};
+    for (; p.next < st.z.socks.size(); ++p.next) {
+      zmq::message_t part;
+      part.copy(p.msg);
+      zmq::send_result_t r;
+      try {
+        r = st.z.socks[p.next]->send(part, zmq::send_flags::dontwait);
+      } catch (const zmq::error_t& e) {
+        // Kept and retried like a full queue (nothing is dropped); logged once per streak.
+        if (st.errors++ == 0)
+          spdlog::error("trajectory sink: send to {} failed: {}", st.cfg.outputs[p.next].endpoint,
+                        e.what());
+        r = {};
+      }
+      if (!r) break; // EAGAIN: this output did not take it; retry from here
+      st.errors = 0;
     }
-    if (!r) { // EAGAIN: the message was not taken; get the bytes back
-      p.bytes = std::move(*owned);
-      break;
-    }
-    st.errors = 0;
+    if (p.next < st.z.socks.size()) break;
     ++st.sent;
-    st.bytes += size;
+    st.bytes += p.size;
     p.promise.deliver(true);
     st.queue.pop_front();
   }
@@ -75,23 +80,25 @@ void flush(sink_actor* self) {
   }
 }
 
-struct zmq_parts {
-  std::unique_ptr<zmq::context_t> ctx;
-  std::unique_ptr<zmq::socket_t> sock;
-};
-
-// The socket is made by the spawner (so a bad endpoint is reported at once) and moved here; the
+// The sockets are made by the spawner (so a bad endpoint is reported at once) and moved here; the
 // actor's start is a full memory barrier, which is what ZeroMQ asks for to migrate a socket.
 caf::behavior trajectory_sink(sink_actor* self, std::shared_ptr<zmq_parts> parts, sink_config cfg) {
   auto& st = self->state;
-  st.cfg = cfg;
-  st.ctx = std::move(parts->ctx);
-  st.sock = std::move(parts->sock);
+  st.cfg = std::move(cfg);
+  st.z = std::move(*parts);
   return {
       [=](push_atom, std::string& bytes) -> caf::result<bool> {
         auto& st = self->state;
         auto rp = self->make_response_promise<bool>();
-        st.queue.push_back({std::move(bytes), rp});
+        // Zero copy: ZeroMQ frees the string once every output sent it.
+        auto* owned = new std::string(std::move(bytes));
+        pending p;
+        p.size = static_cast<int64_t>(owned->size());
+        p.msg = zmq::message_t(
+            owned->data(), owned->size(),
+            [](void*, void* hint) { delete static_cast<std::string*>(hint); }, owned);
+        p.promise = rp;
+        st.queue.push_back(std::move(p));
         st.max_queued = std::max(st.max_queued, st.queue.size());
         flush(self);
         return rp;
@@ -102,11 +109,12 @@ caf::behavior trajectory_sink(sink_actor* self, std::shared_ptr<zmq_parts> parts
       },
       [=](server_stats_atom) {
         auto& st = self->state;
-        nlohmann::json j = {{"sent", st.sent},
-                            {"bytes", st.bytes},
-                            {"queued", st.queue.size()},
-                            {"max_queued", st.max_queued},
-                            {"retries", st.retries}};
+        nlohmann::json outs = nlohmann::json::array();
+        for (const auto& o : st.cfg.outputs)
+          outs.push_back({{"endpoint", o.endpoint}, {"bind", o.bind}});
+        nlohmann::json j = {{"sent", st.sent},           {"bytes", st.bytes},
+                            {"queued", st.queue.size()}, {"max_queued", st.max_queued},
+                            {"retries", st.retries},     {"outputs", outs}};
         return j.dump();
       },
   };
@@ -116,20 +124,28 @@ caf::behavior trajectory_sink(sink_actor* self, std::shared_ptr<zmq_parts> parts
 
 spawned_sink spawn_trajectory_sink(caf::actor_system& sys, const sink_config& cfg) {
   spawned_sink out;
-  auto parts = std::make_shared<zmq_parts>();
-  try {
-    parts->ctx = std::make_unique<zmq::context_t>(1);
-    parts->sock = std::make_unique<zmq::socket_t>(*parts->ctx, zmq::socket_type::push);
-    parts->sock->set(zmq::sockopt::sndhwm, std::max(1, cfg.sndhwm));
-    parts->sock->set(zmq::sockopt::linger, cfg.linger_ms);
-    if (cfg.bind)
-      parts->sock->bind(cfg.endpoint);
-    else
-      parts->sock->connect(cfg.endpoint);
-  } catch (const zmq::error_t& e) {
-    out.error = std::string("trajectory sink: cannot ") + (cfg.bind ? "bind " : "connect ") +
-                cfg.endpoint + ": " + e.what();
+  if (cfg.outputs.empty()) {
+    out.error = "trajectory sink: no output endpoint";
     return out;
+  }
+  auto parts = std::make_shared<zmq_parts>();
+  parts->ctx = std::make_unique<zmq::context_t>(1);
+  for (const auto& o : cfg.outputs) {
+    try {
+      auto sock = std::make_unique<zmq::socket_t>(*parts->ctx, zmq::socket_type::push);
+      sock->set(zmq::sockopt::sndhwm, std::max(1, o.sndhwm));
+      sock->set(zmq::sockopt::linger, cfg.linger_ms);
+      if (o.bind)
+        sock->bind(o.endpoint);
+      else
+        sock->connect(o.endpoint);
+      parts->socks.push_back(std::move(sock));
+    } catch (const zmq::error_t& e) {
+      out.error = std::string("trajectory sink: cannot ") + (o.bind ? "bind " : "connect ") +
+                  o.endpoint + ": " + e.what();
+      parts->socks.clear();
+      return out;
+    }
   }
   out.actor = sys.spawn<caf::detached>(trajectory_sink, parts, cfg);
   return out;

@@ -22,8 +22,7 @@ int main(int argc, char** argv) {
   }
   test::caf_fixture f;
   sink_config sc;
-  sc.endpoint = argv[1];
-  sc.sndhwm = 4;
+  sc.outputs = {{argv[1], true, 4}};
   sc.linger_ms = 5000;
   auto sink = spawn_trajectory_sink(*f.sys, sc);
   if (!sink.error.empty()) {

@@ -95,8 +95,7 @@ TEST_CASE("coordinator: backpressure from a sink nobody reads, nothing is droppe
   test::caf_fixture f;
   std::string endpoint = "ipc:///tmp/kiln-test-sink-" + std::to_string(::getpid());
   sink_config sc;
-  sc.endpoint = endpoint;
-  sc.sndhwm = 1;
+  sc.outputs = {{endpoint, true, 1}};
   sc.linger_ms = 0;
   auto sink = spawn_trajectory_sink(*f.sys, sc);
   REQUIRE_MESSAGE(sink.error.empty(), sink.error);
@@ -148,10 +147,63 @@ TEST_CASE("coordinator: backpressure from a sink nobody reads, nothing is droppe
 TEST_CASE("trajectory sink: a bad endpoint is an error naming it") {
   test::caf_fixture f;
   sink_config sc;
-  sc.endpoint = "nonsense://x";
+  sc.outputs = {{"nonsense://x", true, 1000}};
   auto sink = spawn_trajectory_sink(*f.sys, sc);
   CHECK_FALSE(sink.actor);
   CHECK(sink.error.find("nonsense://x") != std::string::npos);
+}
+
+TEST_CASE("trajectory sink: a tee gives every output every trajectory, and a slow one holds both") {
+  test::caf_fixture f;
+  std::string base = "ipc:///tmp/kiln-test-tee-" + std::to_string(::getpid());
+  sink_config sc;
+  sc.outputs = {{base + "-a", true, 1}, {base + "-b", true, 1}};
+  sc.linger_ms = 0;
+  auto sink = spawn_trajectory_sink(*f.sys, sc);
+  REQUIRE_MESSAGE(sink.error.empty(), sink.error);
+  caf::scoped_actor self{*f.sys};
+  zmq::context_t ctx;
+  zmq::socket_t a(ctx, zmq::socket_type::pull);
+  a.set(zmq::sockopt::rcvtimeo, 10000);
+  a.connect(base + "-a");
+  std::this_thread::sleep_for(100ms);
+  for (int i = 0; i < 6; ++i) {
+    trajectory t;
+    t.id = std::to_string(i);
+    self->send(sink.actor, push_atom::value, encode(t));
+  }
+  // Output b has no reader: after its high-water mark nothing more is answered, for a as well.
+  REQUIRE(wait_for(self, sink.actor, [](auto& j) { return j["queued"].template get<int>() >= 1; }));
+  std::this_thread::sleep_for(200ms);
+  CHECK(stats(self, sink.actor)["sent"].get<int>() < 6);
+  zmq::socket_t b(ctx, zmq::socket_type::pull);
+  b.set(zmq::sockopt::rcvtimeo, 10000);
+  b.connect(base + "-b");
+  for (auto* sock : {&a, &b}) {
+    std::set<std::string> ids;
+    for (int i = 0; i < 6; ++i) {
+      zmq::message_t m;
+      REQUIRE(sock->recv(m));
+      auto t = decode_trajectory(static_cast<const char*>(m.data()), m.size());
+      REQUIRE_MESSAGE(t.has_value(), (t ? "" : t.message()));
+      ids.insert(t->id);
+    }
+    CHECK(ids.size() == 6);
+  }
+  REQUIRE(wait_for(self, sink.actor, [](auto& j) { return j["sent"] == 6; }));
+  auto j = stats(self, sink.actor);
+  CHECK(j["outputs"].size() == 2);
+  CHECK(j["queued"] == 0);
+  self->send_exit(sink.actor, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("trajectory sink: no output is an error") {
+  test::caf_fixture f;
+  sink_config sc;
+  sc.outputs.clear();
+  auto sink = spawn_trajectory_sink(*f.sys, sc);
+  CHECK_FALSE(sink.actor);
+  CHECK(sink.error.find("no output") != std::string::npos);
 }
 
 TEST_CASE("coordinator: stopping it ends its waiting episodes, shutdown does not hang") {

@@ -296,7 +296,7 @@ TEST_CASE(
         std::string::npos);
   trajectory_limits turns;
   turns.max_turns = 0;
-  CHECK(rejected(good, turns).find("over the decoder's limits") != std::string::npos);
+  CHECK(rejected(good, turns).find("entries, limit 0") != std::string::npos);
   // Random corruption never throws.
   uint64_t x = 88172645463325252ull;
   for (int i = 0; i < 2000; ++i) {
@@ -307,4 +307,49 @@ TEST_CASE(
     }
     CHECK_NOTHROW(decode_trajectory(b.data(), b.size()));
   }
+}
+
+TEST_CASE("trajectory: an LLM episode's messages, model and endpoint kind round trip") {
+  auto t = sample();
+  t.messages = {
+      {"system", "the skill"}, {"user", "Task `relu`"}, {"assistant", std::string(9000, 'x')}};
+  t.model = "qwen3-8b";
+  t.api = "vllm";
+  auto bytes = encode(t);
+  auto r = decode_trajectory(bytes.data(), bytes.size());
+  REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.message()));
+  REQUIRE(r->messages.size() == 3);
+  CHECK(r->messages[0].role == "system");
+  CHECK(r->messages[1].content == "Task `relu`");
+  CHECK(r->messages[2].content.size() == 9000); // past max_string: contents have max_text
+  CHECK(r->model == "qwen3-8b");
+  CHECK(r->api == "vllm");
+  CHECK(r->tokens == t.tokens);
+  // A token-policy trajectory carries none of the three keys.
+  auto plain = encode(sample());
+  auto m = msgpack::unpack(plain.data(), plain.size());
+  CHECK(m.get().via.map.size == 13);
+}
+
+TEST_CASE("trajectory: an LLM message with a bad role or an oversized name is refused") {
+  auto t = sample();
+  t.messages = {{"tool", "x"}};
+  auto b = encode(t);
+  auto r = decode_trajectory(b.data(), b.size());
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.message().find("messages[0].role") != std::string::npos);
+  t.messages = {{"user", "x"}};
+  t.model = std::string(5000, 'm');
+  b = encode(t);
+  r = decode_trajectory(b.data(), b.size());
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.message().find("limit 4096") != std::string::npos);
+  trajectory_limits lim;
+  lim.max_text = 100;
+  t.model = "m";
+  t.messages = {{"user", std::string(200, 'y')}};
+  b = encode(t);
+  r = decode_trajectory(b.data(), b.size(), lim);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.message().find("messages[0].content has 200 bytes, limit 100") != std::string::npos);
 }
