@@ -6,16 +6,29 @@ namespace kiln {
 
 using json = nlohmann::json;
 
+std::string message_json(const chat_message& m) {
+  return json{{"role", m.role}, {"content", m.content}}.dump();
+}
+
+std::string messages_array_json(const std::vector<chat_message>& messages) {
+  std::string out = "[";
+  for (size_t i = 0; i < messages.size(); ++i) out += (i ? "," : "") + message_json(messages[i]);
+  return out + "]";
+}
+
+std::string chat_request_json(const chat_options& o, const std::string& messages_array) {
+  // Spliced, not re-serialized: the array is the bulk of the body (the system prompt alone is
+  // several KiB) and is already valid JSON.
+  std::string out = R"({"model":)" + json(o.model).dump() + R"(,"messages":)";
+  out += messages_array;
+  out += R"(,"max_tokens":)" + std::to_string(o.max_tokens) + R"(,"temperature":)" +
+         json(o.temperature).dump() + R"(,"n":1)";
+  if (o.seed) out += R"(,"seed":)" + std::to_string(o.seed);
+  return out + "}";
+}
+
 std::string chat_request_json(const chat_options& o, const std::vector<chat_message>& messages) {
-  json m = json::array();
-  for (const auto& x : messages) m.push_back({{"role", x.role}, {"content", x.content}});
-  json j{{"model", o.model},
-         {"messages", m},
-         {"max_tokens", o.max_tokens},
-         {"temperature", o.temperature},
-         {"n", 1}};
-  if (o.seed) j["seed"] = o.seed;
-  return j.dump();
+  return chat_request_json(o, messages_array_json(messages));
 }
 
 expected<chat_answer> parse_chat_answer(const std::string& body) {

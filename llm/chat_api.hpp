@@ -25,6 +25,11 @@ struct chat_options {
 };
 
 std::string chat_request_json(const chat_options& o, const std::vector<chat_message>& messages);
+// The same with the messages already serialized as a JSON array: a conversation serializes each
+// message once when it is added (message_json), not its whole history on every turn.
+std::string chat_request_json(const chat_options& o, const std::string& messages_array);
+std::string message_json(const chat_message& m); // {"role": ..., "content": ...}
+std::string messages_array_json(const std::vector<chat_message>& messages);
 
 struct chat_answer {
   std::string content;

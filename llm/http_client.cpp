@@ -1,7 +1,10 @@
 // libcurl (Debian's libcurl4-openssl-dev): its multi interface is an event loop over non-blocking
 // sockets with connection reuse, TLS, proxies and HTTP/1.1 keep-alive done right; writing that by
 // hand (or pulling Boost.Beast's asio stack into an actor system that has its own threads) buys
-// nothing. curl_multi_wakeup lets post() interrupt the loop's poll from any thread.
+// nothing. The loop drives it with curl_multi_socket_action over epoll: libcurl's own poll loop
+// (curl_multi_perform + curl_multi_poll) walks every transfer and socket on each wake-up, which at
+// thousands of requests in flight cost more CPU than the requests themselves. An eventfd lets
+// post() wake the loop from any thread.
 #include "llm/http_client.hpp"
 
 #include <curl/curl.h>
@@ -9,13 +12,17 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <thread>
+#include <unistd.h>
 
 namespace kiln {
 
@@ -67,6 +74,15 @@ struct http_client::impl {
   std::vector<std::unique_ptr<transfer>> waiting; // queued or backing off (loop thread only)
   std::map<CURL*, std::unique_ptr<transfer>> active;
   std::atomic<int64_t> requests{0}, completed{0}, failed{0}, retries{0}, in_flight{0}, queued{0};
+  int epoll_fd = -1, wake_fd = -1;
+  // libcurl's timer (CURLMOPT_TIMERFUNCTION): when it wants socket_action(CURL_SOCKET_TIMEOUT).
+  bool timer_set = false;
+  clock_type::time_point timer_due;
+  void wake() {
+    uint64_t one = 1;
+    if (::write(wake_fd, &one, sizeof one) < 0) {
+    } // EAGAIN: a wake-up is pending already
+  }
 };
 
 namespace {
@@ -98,6 +114,32 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
 
 bool retryable_status(long status) { return status == 429 || (status >= 500 && status <= 599); }
 
+// CURLMOPT_SOCKETFUNCTION: keep epoll's interest in each socket as libcurl asks. socketp marks a
+// socket already registered.
+int on_socket(CURL*, curl_socket_t s, int what, void* user, void* socketp) {
+  auto* im = static_cast<http_client::impl*>(user);
+  if (what == CURL_POLL_REMOVE) {
+    ::epoll_ctl(im->epoll_fd, EPOLL_CTL_DEL, s, nullptr);
+    return 0;
+  }
+  epoll_event ev{};
+  ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
+  ev.data.fd = s;
+  if (socketp == nullptr || ::epoll_ctl(im->epoll_fd, EPOLL_CTL_MOD, s, &ev) != 0) {
+    ::epoll_ctl(im->epoll_fd, EPOLL_CTL_ADD, s, &ev);
+    curl_multi_assign(im->multi, s, im); // any non-null marker
+  }
+  return 0;
+}
+
+// CURLMOPT_TIMERFUNCTION: -1 deletes the timer.
+int on_timer(CURLM*, long timeout_ms, void* user) {
+  auto* im = static_cast<http_client::impl*>(user);
+  im->timer_set = timeout_ms >= 0;
+  if (im->timer_set) im->timer_due = clock_type::now() + std::chrono::milliseconds(timeout_ms);
+  return 0;
+}
+
 } // namespace
 
 http_client::http_client(http_client_options opts) : impl_(std::make_unique<impl>()) {
@@ -107,6 +149,16 @@ http_client::http_client(http_client_options opts) : impl_(std::make_unique<impl
   impl_->fail_streak.assign(impl_->opts.endpoints.size(), 0);
   impl_->down_until.assign(impl_->opts.endpoints.size(), clock_type::time_point{});
   impl_->multi = curl_multi_init();
+  impl_->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  impl_->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = impl_->wake_fd;
+  ::epoll_ctl(impl_->epoll_fd, EPOLL_CTL_ADD, impl_->wake_fd, &ev);
+  curl_multi_setopt(impl_->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  curl_multi_setopt(impl_->multi, CURLMOPT_SOCKETDATA, impl_.get());
+  curl_multi_setopt(impl_->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+  curl_multi_setopt(impl_->multi, CURLMOPT_TIMERDATA, impl_.get());
   // Keep a connection per request slot alive between requests.
   curl_multi_setopt(impl_->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
                     static_cast<long>(std::max(1, impl_->opts.max_in_flight)));
@@ -118,9 +170,11 @@ http_client::~http_client() {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stopping = true;
   }
-  curl_multi_wakeup(impl_->multi);
+  impl_->wake();
   impl_->thread.join();
   curl_multi_cleanup(impl_->multi);
+  ::close(impl_->epoll_fd);
+  ::close(impl_->wake_fd);
 }
 
 void http_client::post(std::string path, std::string body,
@@ -146,7 +200,7 @@ void http_client::post(std::string path, std::string body,
     }
     impl_->incoming.push_back(std::move(t));
   }
-  curl_multi_wakeup(impl_->multi);
+  impl_->wake();
 }
 
 http_client_stats http_client::stats() const {
@@ -251,7 +305,10 @@ void http_client::run() {
       it = im.waiting.erase(it);
     }
     int running = 0;
-    curl_multi_perform(im.multi, &running);
+    if (im.timer_set && clock_type::now() >= im.timer_due) {
+      im.timer_set = false;
+      curl_multi_socket_action(im.multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
     int left = 0;
     while (CURLMsg* m = curl_multi_info_read(im.multi, &left)) {
       if (m->msg != CURLMSG_DONE) continue;
@@ -307,8 +364,24 @@ void http_client::run() {
     }
     if (!im.waiting.empty() && least_loaded() >= 0)
       wait_ms = std::min(wait_ms, 50); // a backoff may end, or a slot just freed
-    int fds = 0;
-    curl_multi_poll(im.multi, nullptr, 0, std::max(1, wait_ms), &fds);
+    if (im.timer_set)
+      wait_ms = std::min<int>(wait_ms, std::max<int>(0, static_cast<int>(std::ceil(ms_between(
+                                                            clock_type::now(), im.timer_due)))));
+    epoll_event events[256];
+    int n = ::epoll_wait(im.epoll_fd, events, 256, wait_ms);
+    for (int i = 0; i < n; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == im.wake_fd) {
+        uint64_t v;
+        if (::read(im.wake_fd, &v, sizeof v) < 0) {
+        }
+        continue;
+      }
+      int flags = ((events[i].events & EPOLLIN) ? CURL_CSELECT_IN : 0) |
+                  ((events[i].events & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
+                  ((events[i].events & (EPOLLERR | EPOLLHUP)) ? CURL_CSELECT_ERR : 0);
+      curl_multi_socket_action(im.multi, fd, flags, &running);
+    }
   }
   // Stopping: everything still owned fails once.
   for (auto& [e, t] : im.active) {

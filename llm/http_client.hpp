@@ -54,10 +54,10 @@ public:
   http_client_stats stats() const;
 
   struct transfer; // one request across its attempts (http_client.cpp)
+  struct impl;     // the loop's state (http_client.cpp)
 
 private:
   void run();
-  struct impl;
   std::unique_ptr<impl> impl_;
 };
 

@@ -15,7 +15,18 @@ so one `kiln eval` over several tasks exercises every behaviour at once:
   llm_stall      the first attempt of each turn sleeps 6 s (past the client's timeout); then correct
   llm_down       HTTP 503 always
 Anything else: a correct kernel. Usage: mock_openai.py [--port N] (0: any; the port is printed
-on stdout as "port N"). /stats answers the attempts seen per task as JSON.
+on stdout as "port N"). GET answers the attempts seen per task (and per path) as JSON.
+
+Token-level endpoints, with a toy tokenizer (one token per byte, id = byte + 16) and a
+ChatML-like template (render() below: <|im_start|> role "\n" content <|im_end|> "\n" per
+message, <|im_start|> "assistant\n" as the generation prompt):
+  POST /tokenize        vLLM's: messages + add_generation_prompt -> {"tokens", "count"}
+  POST /v1/completions  vLLM's with a prompt of ids and return_token_ids: choices[0].text,
+                        token_ids (the answer's bytes, then <|im_end|>), logprobs.token_logprobs
+  POST /generate        SGLang's native: input_ids -> text, output_ids, meta_info with
+                        output_token_logprobs [[logprob, id, null], ...]
+The conversation behind a prompt of ids is read back from the ids, so the scripted behaviours
+are the same on every wire format.
 """
 import argparse
 import json
@@ -48,13 +59,34 @@ extern "C" int kiln_run(const kiln_host* host, const void* const* inputs,
 """
 
 
+RELU_CUDA = """//! kiln-source cuda
+#include "kiln_cuda_abi.h"
+#include <cuda_runtime.h>
+__global__ void relu(float* x, float* y, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) { float v = x[i]; y[i] = v > 0.f ? v : 0.f;%s }
+}
+extern "C" int kiln_cuda_run(const void* const* inputs, const void* const*,
+                             void* const* outputs, void* stream) {
+  const long long n = %d;
+  relu<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
+      (float*)inputs[0], (float*)outputs[0], n);
+  return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
+"""
+
+
 def kernel(prompt, hostile=False, broken=False):
+    """A relu kernel for the task in the prompt: the cuda ABI when the prompt names the cuda
+    backend, else the cpu one; hostile: it also writes its input."""
     m = re.search(r"- x: \[([0-9, ]+)\]", prompt)
     n = 1
     for d in (m.group(1).split(",") if m else ["1"]):
         n *= int(d)
-    extra = "\n  const_cast<float*>(a->x)[b] = 0.f;" if hostile else ""
-    src = RELU % (n, extra)
+    if "backend cuda" in prompt:
+        src = RELU_CUDA % ("\n    if (i == 0) x[0] = 0.f;" if hostile else "", n)
+    else:
+        src = RELU % (n, "\n  const_cast<float*>(a->x)[b] = 0.f;" if hostile else "")
     if broken:
         src = src.replace("return 0;", "return 0  // a missing semicolon")
     return "Here is the kernel:\n\n```cpp\n" + src + "```\n"
@@ -66,6 +98,64 @@ def completion(content):
         "choices": [{"index": 0, "finish_reason": "stop",
                      "message": {"role": "assistant", "content": content}}],
         "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150},
+    })
+
+
+IM_START, IM_END, OFFSET = 1, 2, 16
+
+
+def encode_text(text):
+    return [b + OFFSET for b in text.encode()]
+
+
+def render(msgs, generation_prompt):
+    ids = []
+    for m in msgs:
+        ids += [IM_START] + encode_text(m["role"] + "\n" + m["content"]) + [IM_END] + encode_text("\n")
+    if generation_prompt:
+        ids += [IM_START] + encode_text("assistant\n")
+    return ids
+
+
+def messages_of(ids):
+    """The conversation a prompt of ids renders (the inverse of render, the open assistant
+    turn at the end dropped)."""
+    msgs, cur = [], None
+    for t in ids:
+        if t == IM_START:
+            cur = bytearray()
+        elif t == IM_END and cur is not None:
+            role, _, content = cur.decode(errors="replace").partition("\n")
+            msgs.append({"role": role, "content": content})
+            cur = None
+        elif cur is not None and t >= OFFSET:
+            cur.append(t - OFFSET)
+    return msgs
+
+
+def logprob(i):
+    return -0.001 - 0.01 * (i % 7)
+
+
+def completion_ids(content, usage_prompt):
+    ids = encode_text(content) + [IM_END]
+    return json.dumps({
+        "id": "mock", "object": "text_completion", "model": "mock",
+        "choices": [{"index": 0, "finish_reason": "stop", "text": content, "token_ids": ids,
+                     "logprobs": {"token_logprobs": [logprob(i) for i in range(len(ids))],
+                                  "tokens": ["t%d" % t for t in ids]}}],
+        "usage": {"prompt_tokens": usage_prompt, "completion_tokens": len(ids),
+                  "total_tokens": usage_prompt + len(ids)},
+    })
+
+
+def generate_ids(content, usage_prompt):
+    ids = encode_text(content) + [IM_END]
+    return json.dumps({
+        "text": content, "output_ids": ids,
+        "meta_info": {"id": "mock", "prompt_tokens": usage_prompt, "completion_tokens": len(ids),
+                      "finish_reason": {"type": "stop", "matched": IM_END},
+                      "output_token_logprobs": [[logprob(i), t, None] for i, t in enumerate(ids)]},
     })
 
 
@@ -95,13 +185,28 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
         req = json.loads(self.rfile.read(length) or b"{}")
-        msgs = req.get("messages", [])
+        path = self.path
+        if path == "/tokenize":
+            ids = render(req.get("messages", []), bool(req.get("add_generation_prompt")))
+            return self.send(200, json.dumps({"tokens": ids, "count": len(ids),
+                                              "max_model_len": 1 << 20}))
+        if path == "/v1/completions":
+            prompt_ids = req.get("prompt", [])
+            msgs = messages_of(prompt_ids)
+            answer = lambda c: completion_ids(c, len(prompt_ids))
+        elif path == "/generate":
+            prompt_ids = req.get("input_ids", [])
+            msgs = messages_of(prompt_ids)
+            answer = lambda c: generate_ids(c, len(prompt_ids))
+        else:
+            msgs = req.get("messages", [])
+            answer = completion
         prompt = next((m["content"] for m in msgs if m.get("role") == "user"), "")
         m = re.search(r"Task `([^`]+)`", prompt)
         task = m.group(1) if m else "?"
         turn = sum(1 for x in msgs if x.get("role") == "user")
         with LOCK:
-            key = "%s/%d" % (task, turn)
+            key = "%s/%d%s" % (task, turn, "" if path == "/v1/chat/completions" else path)
             ATTEMPTS[key] = ATTEMPTS.get(key, 0) + 1
             attempt = ATTEMPTS[key]
         first = attempt == 1
@@ -120,11 +225,11 @@ class Handler(BaseHTTPRequestHandler):
         if task == "llm_stall" and first:
             time.sleep(6)
         if task == "llm_noblock":
-            return self.send(200, completion("I would use a simple loop over the elements."))
+            return self.send(200, answer("I would use a simple loop over the elements."))
         # Fixed only once the compiler's complaint came back in the last user message.
         if task == "llm_fix" and (turn == 1 or "compile_error" not in msgs[-1].get("content", "")):
-            return self.send(200, completion(kernel(prompt, broken=True)))
-        return self.send(200, completion(kernel(prompt, hostile=task == "llm_hostile")))
+            return self.send(200, answer(kernel(prompt, broken=True)))
+        return self.send(200, answer(kernel(prompt, hostile=task == "llm_hostile")))
 
 
 def main():

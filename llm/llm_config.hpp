@@ -1,0 +1,29 @@
+// What an LLM policy is: the endpoints and their wire format, the model, sampling and the HTTP
+// client's limits. Read from `kiln eval --llm-*` flags and from a run config's [llm] section.
+#pragma once
+
+#include "skills/expert.hpp"
+
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct llm_policy_config {
+  std::string api = "chat";           // chat | vllm | sglang (the wire formats: llm/token_api.hpp)
+  std::vector<std::string> endpoints; // base URLs; requests balance across them
+  std::string model;
+  std::string bearer_token; // sent as Authorization: Bearer when non-empty
+  int max_tokens = 8192;    // per answer
+  double temperature = 0;
+  int max_in_flight = 256; // per endpoint
+  double timeout_s = 300;  // per HTTP attempt
+  int max_attempts = 4;
+  double backoff_s = 0.5;
+  backend_kind backend = backend_kind::cpu; // what the submissions are written for
+  // Where an external trainer announces the weight version its servers run (ZeroMQ PUB, the
+  // weights channel's frame with no weights: learner/weights.hpp); empty: version 0 throughout.
+  std::string version_endpoint;
+};
+
+} // namespace kiln
