@@ -9,6 +9,7 @@
 // With --pool cpu: the real cpu pool and the expert policy; episodes/s and where the time goes.
 #include "actors/actor_system_setup.hpp"
 #include "actors/messages.hpp"
+#include "app/bench_probes.hpp"
 #include "app/commands.hpp"
 #include "app/eval_runner.hpp"
 #include "data/task_set.hpp"
@@ -39,60 +40,6 @@ namespace kiln {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-// CPU time of the whole process: steadier than wall time when other work shares the cores.
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
-}
-
-int64_t rss_bytes() {
-  long pages = 0, rss = 0;
-  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-    if (std::fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
-    std::fclose(f);
-  }
-  return static_cast<int64_t>(rss) * sysconf(_SC_PAGESIZE);
-}
-
-// Samples RSS every few ms on its own thread; keeps the peak.
-class rss_sampler {
-public:
-  rss_sampler()
-      : th_([this] {
-          while (!stop_) {
-            peak_ = std::max(peak_.load(), rss_bytes());
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          }
-        }) {}
-  ~rss_sampler() { finish(); }
-  int64_t finish() {
-    stop_ = true;
-    if (th_.joinable()) th_.join();
-    return peak_;
-  }
-
-private:
-  std::atomic<bool> stop_{false};
-  std::atomic<int64_t> peak_{0};
-  std::thread th_;
-};
-
-std::string correct_outcome(double median_ms) {
-  outcome o;
-  o.kind = outcome_kind::correct;
-  timings t;
-  t.median_ms = median_ms;
-  t.trials = 5;
-  o.time = t;
-  return encode(o);
-}
-
-// The null pool: every job is correct in 1 ms at once (the eager baseline too: speedup 1).
-caf::behavior null_pool(caf::event_based_actor*, std::string reply) {
-  return {[=](evaluate_atom, const std::string&, const std::string&) { return reply; }};
-}
 
 struct ceiling_state {
   int64_t left = 0;
@@ -312,12 +259,14 @@ int cmd_bench_rollout(const common_args& common, const bench_args& args) {
     spdlog::error("bench rollout: --episodes and --turns must be > 0");
     return 2;
   }
-  caf::actor_system_config cfg;
   if (args.scheduler != "sharing" && args.scheduler != "stealing") {
     spdlog::error("bench rollout: --scheduler must be sharing or stealing, not '{}'",
                   args.scheduler);
     return 2;
   }
+  // Its own actor system: the mock endpoint is forked before any thread starts.
+  if (args.policy == "llm-mock") return bench_llm_mock(common, set.tasks, args);
+  caf::actor_system_config cfg;
   int threads = configure_actor_system(cfg, {common.threads, args.scheduler});
   register_rollout_messages(cfg);
   caf::actor_system sys{cfg};

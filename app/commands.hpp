@@ -116,8 +116,12 @@ struct bench_args {
   int episodes = 10000;          // concurrent episodes (null pool) / episodes in total (cpu pool)
   int turns = 16;                // turns per episode
   std::string pool = "null";     // null: instant outcomes; cpu: the real pool
-  std::string policy = "expert"; // expert | random (cpu pool only)
-  int group = 4;                 // episodes per task group (cpu pool)
+  std::string policy = "expert"; // expert | random (cpu pool only) | llm-mock
+  // --policy llm-mock (app/cmd_bench_rollout_llm.cpp): the mock endpoint's answers
+  std::string llm_api = "chat";
+  double llm_latency_ms = 1000;
+  int llm_prompt_tokens = 6144, llm_answer_tokens = 2048;
+  int group = 4;                     // episodes per task group (cpu pool)
   std::string scheduler = "sharing"; // rollout: CAF scheduler policy, sharing | stealing
   // learner (app/cmd_bench_learner.cpp)
   bool learn = false;         // the smoke-check learning run (proxy reward, see learner/smoke.hpp)

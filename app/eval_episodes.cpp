@@ -58,7 +58,9 @@ evaluate_policy_episodes(caf::actor_system& sys, const caf::actor& pool, backend
     auto lc = o.llm;
     lc.backend = backend;
     lc.temperature = sampling_temperature(o);
-    server = spawn_llm_policy_server(sys, std::move(lc));
+    auto spawned = spawn_llm_policy_server(sys, std::move(lc));
+    if (!spawned) return spawned.err();
+    server = *spawned;
 #else
     return error{"--policy llm: this build has no LLM policies (libcurl was not found)"};
 #endif

@@ -100,8 +100,10 @@ int main(int argc, char** argv) {
   ev->add_option("--llm-endpoint", eval.llm_endpoints,
                  "--policy llm: base URL of an OpenAI-compatible server (repeatable: balanced)");
   ev->add_option("--llm-model", eval.llm_model, "--policy llm: the model name to request");
-  ev->add_option("--llm-api", eval.llm_api, "--policy llm: endpoint kind (chat)")
-      ->check(CLI::IsMember({"chat"}))
+  ev->add_option("--llm-api", eval.llm_api,
+                 "--policy llm: endpoint kind: chat (OpenAI chat completions, text), vllm or "
+                 "sglang (token ids and log-probs)")
+      ->check(CLI::IsMember({"chat", "vllm", "sglang"}))
       ->capture_default_str();
   ev->add_option("--llm-max-tokens", eval.llm_max_tokens, "--policy llm: tokens per answer")
       ->check(CLI::Range(16, 1 << 20))
@@ -170,7 +172,21 @@ int main(int argc, char** argv) {
   be->add_option("--turns", bench.turns, "rollout: turns per episode")->capture_default_str();
   be->add_option("--pool", bench.pool, "rollout: null (instant outcomes) or cpu")
       ->capture_default_str();
-  be->add_option("--policy", bench.policy, "rollout with --pool cpu: expert or random")
+  be->add_option("--policy", bench.policy,
+                 "rollout: expert or random (with --pool cpu), or llm-mock (the LLM policy and "
+                 "its HTTP client against a mock endpoint in a child process, null pool)")
+      ->capture_default_str();
+  be->add_option("--llm-api", bench.llm_api, "rollout --policy llm-mock: chat, vllm or sglang")
+      ->check(CLI::IsMember({"chat", "vllm", "sglang"}))
+      ->capture_default_str();
+  be->add_option("--llm-latency-ms", bench.llm_latency_ms,
+                 "rollout --policy llm-mock: the endpoint's time per answer")
+      ->capture_default_str();
+  be->add_option("--llm-prompt-tokens", bench.llm_prompt_tokens,
+                 "rollout --policy llm-mock: prompt ids /tokenize returns")
+      ->capture_default_str();
+  be->add_option("--llm-answer-tokens", bench.llm_answer_tokens,
+                 "rollout --policy llm-mock: ids (and ~4 bytes of text each) per answer")
       ->capture_default_str();
   be->add_option("--group", bench.group, "rollout with --pool cpu: episodes per task group")
       ->capture_default_str();

@@ -34,7 +34,8 @@ expected<run_config> read_run_config(config_reader& r) {
   c.learner.backend = c.backend;
   read_learner_config(r, c.learner);
   c.rollout_episodes = r.integer("rollout.episodes", 0, 0);
-  c.rollout_policy = r.choice("rollout.policy", c.rollout_policy, {"model", "expert", "random"});
+  c.rollout_policy =
+      r.choice("rollout.policy", c.rollout_policy, {"model", "expert", "random", "llm"});
   c.rollout_policy_device = r.string("rollout.policy_device", c.learner.device);
   c.rollout_max_concurrent = r.integer("rollout.max_concurrent", c.rollout_max_concurrent, 1);
   c.rollout_group_size = r.integer("rollout.group_size", c.rollout_group_size, 1, 1024);
@@ -46,6 +47,23 @@ expected<run_config> read_run_config(config_reader& r) {
   c.rollout_reward =
       r.choice("rollout.reward", c.rollout_reward, {"tiers", "speedup", "log_speedup"});
   c.rollout_reward_cap = r.real("rollout.reward_cap", c.rollout_reward_cap);
+  c.rollout_sink = r.string("rollout.sink", "");
+  c.rollout_sink_bind = r.boolean("rollout.sink_bind", c.rollout_sink_bind);
+  c.rollout_sink_hwm =
+      static_cast<int>(r.integer("rollout.sink_hwm", c.rollout_sink_hwm, 1, 1 << 24));
+  auto& l = c.llm;
+  l.api = r.choice("llm.api", l.api, {"chat", "vllm", "sglang"});
+  l.endpoints = r.strings("llm.endpoints", {});
+  l.model = r.string("llm.model", "");
+  c.llm_key_env = r.string("llm.api_key_env", c.llm_key_env);
+  l.max_tokens = static_cast<int>(r.integer("llm.max_tokens", l.max_tokens, 1, 1 << 22));
+  l.temperature = r.real("llm.temperature", 1.0); // sampling: rollouts explore
+  l.max_in_flight = static_cast<int>(r.integer("llm.max_in_flight", l.max_in_flight, 1, 1 << 20));
+  l.timeout_s = r.real("llm.timeout_s", l.timeout_s);
+  l.max_attempts = static_cast<int>(r.integer("llm.max_attempts", l.max_attempts, 1, 100));
+  l.backoff_s = r.real("llm.backoff_s", l.backoff_s);
+  l.version_endpoint = r.string("llm.version_endpoint", "");
+  c.llm_eta = static_cast<int>(r.integer("llm.eta", c.llm_eta, -1, 1 << 20));
   c.eval_after_training = r.boolean("eval.after_training", c.eval_after_training);
   c.eval_held_out = r.paths("eval.held_out_suites", {});
   c.eval_after_max_tasks = r.integer("eval.after_max_tasks", 0, 0);
@@ -53,6 +71,14 @@ expected<run_config> read_run_config(config_reader& r) {
   if (c.suites.empty())
     return error{c.origin + ": key 'tasks.suites': at least one suite path is required"};
   if (c.name.empty()) return error{c.origin + ": key 'run.name': must not be empty"};
+  if (c.rollout_policy == "llm" && c.rollout_episodes > 0 &&
+      (c.llm.endpoints.empty() || c.llm.model.empty()))
+    return error{c.origin + ": rollout.policy = \"llm\" needs llm.endpoints and llm.model"};
+  if (c.llm_eta >= 0 && c.llm.version_endpoint.empty())
+    return error{c.origin + ": key 'llm.eta': a staleness bound needs llm.version_endpoint (where "
+                            "the trainer announces the versions it serves)"};
+  if (c.llm.temperature < 0 || c.llm.timeout_s <= 0 || c.llm.backoff_s < 0)
+    return error{c.origin + ": [llm]: temperature and backoff_s must be >= 0, timeout_s > 0"};
   if (!c.local_pool && c.remote.empty())
     return error{c.origin +
                  ": key 'pool.local': false needs pool.remote (some pool must run jobs)"};

@@ -5,6 +5,7 @@
 #include "app/config_reader.hpp"
 #include "data/expected.hpp"
 #include "learner/learner_config.hpp"
+#include "llm/llm_config.hpp"
 
 #include <cstdint>
 #include <string>
@@ -43,8 +44,8 @@ struct run_config {
   // [learner], [learner.model], [learner.ppo] (learner/learner_config.hpp)
   learner_config learner;
   // [rollout]: training episodes after validation (0: none). policy "model" hosts the learner
-  // in-process and samples from its newest weights; "expert" / "random" only stream
-  // trajectories.
+  // in-process and samples from its newest weights; "expert" / "random" / "llm" (an LLM behind
+  // HTTP endpoints, [llm]) only stream trajectories, to rollout.sink when set.
   int64_t rollout_episodes = 0;
   std::string rollout_policy = "model";
   std::string rollout_policy_device; // the hosted model's device; empty: learner.device
@@ -57,6 +58,19 @@ struct run_config {
   double rollout_timing_cap_ms = 1000;
   std::string rollout_reward = "tiers"; // tiers | speedup | log_speedup (rollout/reward.hpp)
   double rollout_reward_cap = 10;       // speedup shapings: the largest speedup that pays
+  // Where trajectories also go (trajectory stream v1, ZeroMQ PUSH), for an external trainer that
+  // PULLs them: tcp://HOST:PORT or ipc://PATH; bound here, or connected to the trainer's bound
+  // PULL; empty: only to the hosted learner, if any.
+  std::string rollout_sink;
+  bool rollout_sink_bind = true;
+  int rollout_sink_hwm = 1000;
+  // [llm]: the LLM policy of rollout.policy = "llm" (llm/llm_policy_server.hpp); the bearer token
+  // comes from the environment variable llm.api_key_env, never from the file. eta bounds the
+  // staleness of admitted episodes in the versions a trainer announces on llm.version_endpoint
+  // (< 0: no bound).
+  llm_policy_config llm;
+  std::string llm_key_env = "OPENAI_API_KEY";
+  int llm_eta = -1;
   // [eval] after_training: the final checkpoint, the untrained model and the expert, greedily,
   // on the training tasks and on held_out_suites (disjoint tasks); eval.json and summary.json.
   bool eval_after_training = false;

@@ -8,6 +8,7 @@
 #include "app/sft_programs.hpp"
 #include "learner/learner.hpp"
 #include "learner/model_policy.hpp"
+#include "llm/llm_policy_server.hpp"
 #include "rollout/builtin_policies.hpp"
 #include "rollout/coordinator.hpp"
 #include "rollout/policy_server.hpp"
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -133,10 +135,15 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
     auto p = model_policy::create(mo);
     if (!p) return error{"policy: " + p.message()};
     policy = std::move(*p);
-  } else {
+  } else if (cfg.rollout_policy != "llm") {
     policy =
         cfg.rollout_policy == "random" ? make_random_policy() : make_expert_policy(pcfg->backend);
   }
+#ifndef KILN_HAVE_LLM
+  if (cfg.rollout_policy == "llm")
+    return error{"rollout.policy = \"llm\": this build has no LLM policies (libcurl was not "
+                 "found)"};
+#endif
 
   caf::actor_system_config sc;
   configure_actor_system(sc, {threads, "sharing", !cfg.remote.empty()});
@@ -148,20 +155,32 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   auto pool_actor = make_pool_actor(sys, *pcfg, cfg.remote, cfg.local_pool);
   if (!pool_actor) return error{"[pool]: " + pool_actor.message()};
   auto pool = *pool_actor;
+  // The hosted learner PULLs from a private ipc path; rollout.sink tees every trajectory to an
+  // external trainer as well (or alone, for expert / random / llm policies).
   sink_config skc;
-  skc.endpoint = endpoint;
-  skc.bind = !hosted; // the hosted learner binds its PULL; without one, trajectories wait here
+  skc.outputs.clear();
+  if (hosted) skc.outputs.push_back({endpoint, false, 1000});
+  if (!cfg.rollout_sink.empty())
+    skc.outputs.push_back({cfg.rollout_sink, cfg.rollout_sink_bind, cfg.rollout_sink_hwm});
   caf::actor sink;
-  if (hosted) {
-    // The pool lives already: end it on the way out, or the actor system waits for it forever.
-    auto fail = [&](std::string why) {
-      caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
-      if (sink) caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
-      return error{std::move(why)};
-    };
+  // The pool lives already: end it on the way out, or the actor system waits for it forever.
+  auto fail = [&](std::string why) {
+    caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+    if (sink) caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
+    return error{std::move(why)};
+  };
+  if (!skc.outputs.empty()) {
     auto s = spawn_trajectory_sink(sys, skc);
-    if (!s.error.empty()) return fail("trajectory sink: " + s.error);
+    if (!s.error.empty()) return fail("key 'rollout.sink': " + s.error);
     sink = s.actor;
+    if (!cfg.rollout_sink.empty())
+      spdlog::info("trajectories: stream v1 to {} ({}, high-water mark {})", cfg.rollout_sink,
+                   cfg.rollout_sink_bind ? "bound here" : "connected", cfg.rollout_sink_hwm);
+  } else if (cfg.rollout_policy == "llm") {
+    spdlog::warn("rollout.policy = \"llm\" without rollout.sink: the trajectories go nowhere "
+                 "(rewards and metrics are still measured)");
+  }
+  if (hosted) {
     learn->on_metrics([&last_lag](const update_metrics& m) { last_lag = m.lag_mean; });
     // The model before any training, for the after-training comparison.
     if (auto c = learn->save_checkpoint(lc.checkpoint_dir + "/untrained.pt"); !c)
@@ -187,9 +206,23 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
     }
     if (auto st = learn->start(); !st) return fail("learner: " + st.message());
   }
-  policy_server_config psc;
-  psc.seed = cfg.seed;
-  auto server = spawn_policy_server(sys, std::move(policy), psc);
+  caf::actor server;
+  if (policy) {
+    policy_server_config psc;
+    psc.seed = cfg.seed;
+    server = spawn_policy_server(sys, std::move(policy), psc);
+  } else {
+#ifdef KILN_HAVE_LLM
+    auto lc = cfg.llm;
+    lc.backend = pcfg->backend;
+    if (const char* key = std::getenv(cfg.llm_key_env.c_str())) lc.bearer_token = key;
+    auto spawned = spawn_llm_policy_server(sys, std::move(lc));
+    if (!spawned) return fail("[llm]: " + spawned.message());
+    server = *spawned;
+    spdlog::info("policy: {} via {} endpoint(s) ({} api), temperature {}", cfg.llm.model,
+                 cfg.llm.endpoints.size(), cfg.llm.api, cfg.llm.temperature);
+#endif
+  }
 
   std::vector<std::shared_ptr<rollout_task>> rtasks;
   rollout_job_options jo = jo_for(cfg);
@@ -207,9 +240,15 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   cc.admission.max_concurrent = cfg.rollout_max_concurrent;
   cc.admission.group_size = cfg.rollout_group_size;
   cc.admission.total = cfg.rollout_episodes;
-  cc.admission.eta = hosted ? lc.eta : -1;
+  cc.admission.eta = hosted ? lc.eta : cfg.rollout_policy == "llm" ? cfg.llm_eta : -1;
   cc.admission.batch = lc.batch_size;
   cc.episode.max_turns = cfg.rollout_max_turns;
+  if (cfg.rollout_policy == "llm") {
+    cc.episode.text_policy = true;
+    // An answer takes as long as the endpoint does, retries included.
+    cc.episode.policy_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(cfg.llm.timeout_s * 1000 * (cfg.llm.max_attempts + 1)) + 60'000);
+  }
   auto shaping = parse_reward_shaping(cfg.rollout_reward);
   if (!shaping) return error{"key 'rollout.reward': " + shaping.message()};
   cc.episode.reward.shaping = *shaping;
@@ -249,7 +288,8 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
           .receive([&](const std::string& text) { s = json::parse(text, nullptr, false); },
                    [](caf::error&) {});
       if (!s.is_object()) continue;
-      int64_t v = learn ? learn->version() : 0;
+      // Without a hosted learner: the version the policy server last saw (an LLM's trainer).
+      int64_t v = learn ? learn->version() : static_cast<int64_t>(num(s, "version"));
       if (learn)
         caf::anon_send(coord, discarded_atom::value, static_cast<int64_t>(learn->discarded()));
       s["t"] = elapsed();
@@ -360,6 +400,18 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
       summary["sft_programs"] = sft_summary;
     }
   }
+  // What the endpoints and the stream did: retries and failures of an LLM's requests, the
+  // trajectories handed to each output.
+  for (const auto& [key, who] : {std::pair<const char*, caf::actor>{
+                                     "llm", cfg.rollout_policy == "llm" ? server : caf::actor{}},
+                                 {"sink", sink}})
+    if (who)
+      self->request(who, std::chrono::seconds(5), server_stats_atom::value)
+          .receive(
+              [&, key = key](const std::string& text) {
+                summary[key] = json::parse(text, nullptr, false);
+              },
+              [](caf::error&) {});
   for (const auto& a : {coord, server, pool}) self->send_exit(a, caf::exit_reason::user_shutdown);
   if (sink) self->send_exit(sink, caf::exit_reason::user_shutdown);
   ::unlink(endpoint.substr(6).c_str());

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """`kiln eval --policy llm` end to end on the cpu backend against the scripted server
 (tests/llm/mock_openai.py): every scripted behaviour in one run of ten tasks, two turns each,
-all episodes in flight together. Usage: test_llm_eval.py KILN"""
+all episodes in flight together. With --backend cuda (label gpu) the server answers cuda kernels
+and the pool compiles, verifies and times them on the device; it exits 77 (skipped) where no
+CUDA device exists. Usage: test_llm_eval.py KILN [--backend cpu|cuda]"""
 import json
 import os
 import subprocess
@@ -14,6 +16,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 def main():
     kiln = sys.argv[1]
+    backend = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--backend" else "cpu"
+    if backend == "cuda" and not os.path.exists("/dev/nvidiactl"):
+        print("skipped: no CUDA device (/dev/nvidiactl is absent)")
+        sys.exit(77)
     mock = subprocess.Popen([sys.executable, os.path.join(HERE, "mock_openai.py")],
                             stdout=subprocess.PIPE, text=True)
     try:
@@ -23,7 +29,8 @@ def main():
             cmd = [kiln, "eval", "--policy", "llm", "--llm-endpoint", "http://127.0.0.1:%d" % port,
                    "--llm-model", "mock", "--llm-timeout", "2", "--llm-attempts", "3",
                    "--suite", os.path.join(ROOT, "tests", "data", "llm"), "--turns", "2",
-                   "--parallel", "10", "--cache-dir", os.path.join(tmp, "cache"), "--json", out]
+                   "--parallel", "10", "--backend", backend,
+                   "--cache-dir", os.path.join(tmp, "cache"), "--json", out]
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
             sys.stdout.write(p.stdout[-4000:])
             sys.stderr.write(p.stderr[-6000:])
@@ -50,7 +57,7 @@ def main():
         r = rows[t]
         assert r["outcome"] != "correct", r
         assert why in r.get("message", ""), (t, r)
-    print("ok: 10 scripted behaviours, each with its outcome")
+    print("ok: 10 scripted behaviours on the %s backend, each with its outcome" % backend)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,84 @@
+// What `kiln bench rollout` measures with: process CPU time, peak RSS, and the null pool that
+// answers every job at once, shared by the engine bench and the LLM-endpoint bench.
+#pragma once
+
+#include "actors/messages.hpp"
+#include "gpu_pool/device_pool.hpp"
+#include "gpu_pool/job.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <caf/event_based_actor.hpp>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace kiln {
+
+struct bench_args;
+struct common_args;
+struct task;
+
+// CPU time of the whole process: steadier than wall time when other work shares the cores.
+inline double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+inline int64_t rss_bytes() {
+  long pages = 0, rss = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
+    std::fclose(f);
+  }
+  return static_cast<int64_t>(rss) * sysconf(_SC_PAGESIZE);
+}
+
+// Samples RSS every few ms on its own thread; keeps the peak.
+class rss_sampler {
+public:
+  rss_sampler()
+      : th_([this] {
+          while (!stop_) {
+            peak_ = std::max(peak_.load(), rss_bytes());
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+        }) {}
+  ~rss_sampler() { finish(); }
+  int64_t finish() {
+    stop_ = true;
+    if (th_.joinable()) th_.join();
+    return peak_;
+  }
+
+private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> peak_{0};
+  std::thread th_;
+};
+
+inline std::string correct_outcome(double median_ms) {
+  outcome o;
+  o.kind = outcome_kind::correct;
+  timings t;
+  t.median_ms = median_ms;
+  t.trials = 5;
+  o.time = t;
+  return encode(o);
+}
+
+// The null pool: every job is correct in 1 ms at once (the eager baseline too: speedup 1).
+inline caf::behavior null_pool(caf::event_based_actor*, std::string reply) {
+  return {[=](evaluate_atom, const std::string&, const std::string&) { return reply; }};
+}
+
+// `kiln bench rollout --policy llm-mock` (app/cmd_bench_rollout_llm.cpp).
+int bench_llm_mock(const common_args& common, const std::vector<task>& tasks,
+                   const bench_args& args);
+
+} // namespace kiln
