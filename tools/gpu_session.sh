@@ -8,7 +8,8 @@
 #        executor_tests |
 #        bench_learner |
 #        validate | baselines | baselines_only | eval | run | bench_pool | sources
-# KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_BASELINES names a baselines file
+# KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_RUN_CONFIG is the run step's
+# config (default configs/cuda.toml); KILN_BASELINES names a baselines file
 # for eval and run (default: the one the baselines step wrote).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -87,7 +88,8 @@ step_run() {
   local b=()
   [ -s "$out/baselines_h200.json" ] && baselines="$out/baselines_h200.json"
   [ -s "$baselines" ] && b=(--set "pool.baselines=\"$baselines\"")
-  "$bin" run configs/cuda.toml --set "run.out_dir=\"$out/runs\"" "${b[@]}" ${KILN_RUN_SET:-}
+  "$bin" run "${KILN_RUN_CONFIG:-configs/cuda.toml}" --set "run.out_dir=\"$out/runs\"" "${b[@]}" \
+    ${KILN_RUN_SET:-}
 }
 # Free-form nvcc source beside the expert's program on the same task, vs the stored H200 baselines.
 step_sources() {
