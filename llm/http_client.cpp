@@ -3,8 +3,11 @@
 // hand (or pulling Boost.Beast's asio stack into an actor system that has its own threads) buys
 // nothing. The loop drives it with curl_multi_socket_action over epoll: libcurl's own poll loop
 // (curl_multi_perform + curl_multi_poll) walks every transfer and socket on each wake-up, which at
-// thousands of requests in flight cost more CPU than the requests themselves. An eventfd lets
-// post() wake the loop from any thread.
+// thousands of requests in flight cost more CPU than the requests themselves. Transfers are spread
+// over several multi handles (shards) in that one loop: a multi handle's connection cache keeps all
+// connections to a host in one list that libcurl walks for every new request, so its cost grows
+// with the connections open (at 10,000 requests in flight it was most of the client's CPU). An
+// eventfd lets post() wake the loop from any thread.
 #include "llm/http_client.hpp"
 
 #include <curl/curl.h>
@@ -16,13 +19,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <thread>
 #include <unistd.h>
+#include <unordered_map>
 
 namespace kiln {
 
@@ -51,6 +54,7 @@ struct http_client::transfer {
   clock_type::time_point submitted, not_before;
   int attempts = 0;
   int endpoint = -1; // index of the attempt in flight
+  int shard = -1;    // the multi handle it runs on
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
   std::string answer;
@@ -59,9 +63,20 @@ struct http_client::transfer {
   int64_t max_body = 0;
 };
 
+// One multi handle and libcurl's timer for it (CURLMOPT_TIMERFUNCTION: when it wants
+// socket_action(CURL_SOCKET_TIMEOUT)).
+struct curl_shard {
+  CURLM* multi = nullptr;
+  int index = 0;
+  int active = 0;
+  int epoll_fd = -1;
+  bool timer_set = false;
+  std::chrono::steady_clock::time_point timer_due;
+};
+
 struct http_client::impl {
   http_client_options opts;
-  CURLM* multi = nullptr;
+  std::vector<std::unique_ptr<curl_shard>> shards;
   std::thread thread;
   mutable std::mutex mu;
   std::deque<std::unique_ptr<transfer>> incoming; // posted, not yet seen by the loop
@@ -72,12 +87,9 @@ struct http_client::impl {
   std::vector<int> fail_streak;
   std::vector<clock_type::time_point> down_until;
   std::vector<std::unique_ptr<transfer>> waiting; // queued or backing off (loop thread only)
-  std::map<CURL*, std::unique_ptr<transfer>> active;
+  std::unordered_map<CURL*, std::unique_ptr<transfer>> active;
   std::atomic<int64_t> requests{0}, completed{0}, failed{0}, retries{0}, in_flight{0}, queued{0};
   int epoll_fd = -1, wake_fd = -1;
-  // libcurl's timer (CURLMOPT_TIMERFUNCTION): when it wants socket_action(CURL_SOCKET_TIMEOUT).
-  bool timer_set = false;
-  clock_type::time_point timer_due;
   void wake() {
     uint64_t one = 1;
     if (::write(wake_fd, &one, sizeof one) < 0) {
@@ -114,31 +126,41 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
 
 bool retryable_status(long status) { return status == 429 || (status >= 500 && status <= 599); }
 
+// An epoll event's tag: the shard in the high half, the socket in the low half.
+constexpr uint64_t kWakeTag = ~uint64_t{0};
+uint64_t socket_tag(int shard, curl_socket_t s) {
+  return (uint64_t(uint32_t(shard)) << 32) | uint32_t(s);
+}
+
 // CURLMOPT_SOCKETFUNCTION: keep epoll's interest in each socket as libcurl asks. socketp marks a
 // socket already registered.
 int on_socket(CURL*, curl_socket_t s, int what, void* user, void* socketp) {
-  auto* im = static_cast<http_client::impl*>(user);
+  auto* sh = static_cast<curl_shard*>(user);
   if (what == CURL_POLL_REMOVE) {
-    ::epoll_ctl(im->epoll_fd, EPOLL_CTL_DEL, s, nullptr);
+    ::epoll_ctl(sh->epoll_fd, EPOLL_CTL_DEL, s, nullptr);
     return 0;
   }
   epoll_event ev{};
   ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
-  ev.data.fd = s;
-  if (socketp == nullptr || ::epoll_ctl(im->epoll_fd, EPOLL_CTL_MOD, s, &ev) != 0) {
-    ::epoll_ctl(im->epoll_fd, EPOLL_CTL_ADD, s, &ev);
-    curl_multi_assign(im->multi, s, im); // any non-null marker
+  ev.data.u64 = socket_tag(sh->index, s);
+  if (socketp == nullptr || ::epoll_ctl(sh->epoll_fd, EPOLL_CTL_MOD, s, &ev) != 0) {
+    ::epoll_ctl(sh->epoll_fd, EPOLL_CTL_ADD, s, &ev);
+    curl_multi_assign(sh->multi, s, sh); // any non-null marker
   }
   return 0;
 }
 
 // CURLMOPT_TIMERFUNCTION: -1 deletes the timer.
 int on_timer(CURLM*, long timeout_ms, void* user) {
-  auto* im = static_cast<http_client::impl*>(user);
-  im->timer_set = timeout_ms >= 0;
-  if (im->timer_set) im->timer_due = clock_type::now() + std::chrono::milliseconds(timeout_ms);
+  auto* sh = static_cast<curl_shard*>(user);
+  sh->timer_set = timeout_ms >= 0;
+  if (sh->timer_set) sh->timer_due = clock_type::now() + std::chrono::milliseconds(timeout_ms);
   return 0;
 }
+
+// About this many requests in flight per multi handle at the configured caps.
+constexpr int64_t kTransfersPerShard = 256;
+constexpr int64_t kMaxShards = 64;
 
 } // namespace
 
@@ -148,20 +170,30 @@ http_client::http_client(http_client_options opts) : impl_(std::make_unique<impl
   impl_->load.assign(impl_->opts.endpoints.size(), 0);
   impl_->fail_streak.assign(impl_->opts.endpoints.size(), 0);
   impl_->down_until.assign(impl_->opts.endpoints.size(), clock_type::time_point{});
-  impl_->multi = curl_multi_init();
   impl_->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
   impl_->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = impl_->wake_fd;
+  ev.data.u64 = kWakeTag;
   ::epoll_ctl(impl_->epoll_fd, EPOLL_CTL_ADD, impl_->wake_fd, &ev);
-  curl_multi_setopt(impl_->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-  curl_multi_setopt(impl_->multi, CURLMOPT_SOCKETDATA, impl_.get());
-  curl_multi_setopt(impl_->multi, CURLMOPT_TIMERFUNCTION, on_timer);
-  curl_multi_setopt(impl_->multi, CURLMOPT_TIMERDATA, impl_.get());
-  // Keep a connection per request slot alive between requests.
-  curl_multi_setopt(impl_->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
-                    static_cast<long>(std::max(1, impl_->opts.max_in_flight)));
+  const int64_t cap = std::max(1, impl_->opts.max_in_flight);
+  const int64_t total = cap * std::max<int64_t>(1, int64_t(impl_->opts.endpoints.size()));
+  const int64_t shards =
+      std::clamp<int64_t>((total + kTransfersPerShard - 1) / kTransfersPerShard, 1, kMaxShards);
+  for (int64_t i = 0; i < shards; ++i) {
+    auto sh = std::make_unique<curl_shard>();
+    sh->index = static_cast<int>(i);
+    sh->epoll_fd = impl_->epoll_fd;
+    sh->multi = curl_multi_init();
+    curl_multi_setopt(sh->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(sh->multi, CURLMOPT_SOCKETDATA, sh.get());
+    curl_multi_setopt(sh->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(sh->multi, CURLMOPT_TIMERDATA, sh.get());
+    // Keep a connection per request slot alive between requests (the client's own caps bound
+    // what is in flight; this bounds what one shard may open to a host).
+    curl_multi_setopt(sh->multi, CURLMOPT_MAX_HOST_CONNECTIONS, static_cast<long>(cap));
+    impl_->shards.push_back(std::move(sh));
+  }
   impl_->thread = std::thread([this] { run(); });
 }
 
@@ -172,7 +204,7 @@ http_client::~http_client() {
   }
   impl_->wake();
   impl_->thread.join();
-  curl_multi_cleanup(impl_->multi);
+  for (auto& sh : impl_->shards) curl_multi_cleanup(sh->multi);
   ::close(impl_->epoll_fd);
   ::close(impl_->wake_fd);
 }
@@ -249,10 +281,16 @@ void http_client::run() {
     }
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
     t->easy = e;
+    // The least busy shard: its connection list stays short.
+    curl_shard* sh = im.shards.front().get();
+    for (auto& c : im.shards)
+      if (c->active < sh->active) sh = c.get();
+    t->shard = sh->index;
+    sh->active++;
     im.load[static_cast<size_t>(ep)]++;
     im.in_flight++;
     im.queued--;
-    curl_multi_add_handle(im.multi, e);
+    curl_multi_add_handle(sh->multi, e);
     im.active[e] = std::move(t);
   };
   // The least-loaded endpoint with room, resting ones only when none other has room, and not the
@@ -293,30 +331,49 @@ void http_client::run() {
     // Start what may start, oldest first.
     auto now = clock_type::now();
     int wait_ms = 1000;
-    for (auto it = im.waiting.begin(); it != im.waiting.end();) {
-      if ((*it)->not_before > now) {
-        wait_ms = std::min<int>(wait_ms, static_cast<int>(ms_between(now, (*it)->not_before)) + 1);
-        ++it;
-        continue;
+    if (!im.waiting.empty() && least_loaded() >= 0) {
+      std::vector<std::unique_ptr<transfer>> still; // kept in order, without erasing one by one
+      still.reserve(im.waiting.size());
+      bool full = false;
+      for (auto& t : im.waiting) {
+        if (full) {
+          still.push_back(std::move(t));
+          continue;
+        }
+        if (t->not_before > now) {
+          wait_ms = std::min<int>(wait_ms, static_cast<int>(ms_between(now, t->not_before)) + 1);
+          still.push_back(std::move(t));
+          continue;
+        }
+        int ep = least_loaded(t->endpoint);
+        if (ep < 0) { // every endpoint full: wait for a completion
+          full = true;
+          still.push_back(std::move(t));
+          continue;
+        }
+        start(std::move(t), ep);
       }
-      int ep = least_loaded((*it)->endpoint);
-      if (ep < 0) break; // every endpoint full: wait for a completion
-      start(std::move(*it), ep);
-      it = im.waiting.erase(it);
+      im.waiting.swap(still);
     }
     int running = 0;
-    if (im.timer_set && clock_type::now() >= im.timer_due) {
-      im.timer_set = false;
-      curl_multi_socket_action(im.multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    std::vector<std::pair<CURL*, CURLcode>> done;
+    for (auto& sh : im.shards) {
+      if (sh->timer_set && clock_type::now() >= sh->timer_due) {
+        sh->timer_set = false;
+        curl_multi_socket_action(sh->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+      }
+      int left = 0;
+      while (CURLMsg* m = curl_multi_info_read(sh->multi, &left)) {
+        if (m->msg != CURLMSG_DONE) continue;
+        done.emplace_back(m->easy_handle, m->data.result);
+      }
     }
-    int left = 0;
-    while (CURLMsg* m = curl_multi_info_read(im.multi, &left)) {
-      if (m->msg != CURLMSG_DONE) continue;
-      CURL* e = m->easy_handle;
-      CURLcode code = m->data.result;
-      curl_multi_remove_handle(im.multi, e);
+    for (auto [e, code] : done) {
       auto node = im.active.extract(e);
       auto t = std::move(node.mapped());
+      curl_shard& sh = *im.shards[static_cast<size_t>(t->shard)];
+      curl_multi_remove_handle(sh.multi, e);
+      sh.active--;
       long status = 0;
       curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
       curl_easy_cleanup(e);
@@ -364,14 +421,15 @@ void http_client::run() {
     }
     if (!im.waiting.empty() && least_loaded() >= 0)
       wait_ms = std::min(wait_ms, 50); // a backoff may end, or a slot just freed
-    if (im.timer_set)
-      wait_ms = std::min<int>(wait_ms, std::max<int>(0, static_cast<int>(std::ceil(ms_between(
-                                                            clock_type::now(), im.timer_due)))));
+    for (auto& sh : im.shards)
+      if (sh->timer_set)
+        wait_ms = std::min<int>(wait_ms, std::max<int>(0, static_cast<int>(std::ceil(ms_between(
+                                                              clock_type::now(), sh->timer_due)))));
     epoll_event events[256];
     int n = ::epoll_wait(im.epoll_fd, events, 256, wait_ms);
     for (int i = 0; i < n; ++i) {
-      int fd = events[i].data.fd;
-      if (fd == im.wake_fd) {
+      uint64_t tag = events[i].data.u64;
+      if (tag == kWakeTag) {
         uint64_t v;
         if (::read(im.wake_fd, &v, sizeof v) < 0) {
         }
@@ -380,12 +438,13 @@ void http_client::run() {
       int flags = ((events[i].events & EPOLLIN) ? CURL_CSELECT_IN : 0) |
                   ((events[i].events & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
                   ((events[i].events & (EPOLLERR | EPOLLHUP)) ? CURL_CSELECT_ERR : 0);
-      curl_multi_socket_action(im.multi, fd, flags, &running);
+      curl_multi_socket_action(im.shards[static_cast<size_t>(tag >> 32)]->multi,
+                               static_cast<curl_socket_t>(uint32_t(tag)), flags, &running);
     }
   }
   // Stopping: everything still owned fails once.
   for (auto& [e, t] : im.active) {
-    curl_multi_remove_handle(im.multi, e);
+    curl_multi_remove_handle(im.shards[static_cast<size_t>(t->shard)]->multi, e);
     curl_easy_cleanup(e);
     curl_slist_free_all(t->headers);
     http_response r;

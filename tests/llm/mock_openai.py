@@ -87,8 +87,8 @@ def kernel(prompt, hostile=False, broken=False):
         src = RELU_CUDA % ("\n    if (i == 0) x[0] = 0.f;" if hostile else "", n)
     else:
         src = RELU % (n, "\n  const_cast<float*>(a->x)[b] = 0.f;" if hostile else "")
-    if broken:
-        src = src.replace("return 0;", "return 0  // a missing semicolon")
+    if broken:  # a syntax error on either backend
+        src = src.replace("#include", "int broken = ;  // no initializer\n#include", 1)
     return "Here is the kernel:\n\n```cpp\n" + src + "```\n"
 
 

@@ -182,3 +182,33 @@ TEST_CASE("http client: a dead endpoint beside a live one loses no request") {
   CHECK(r.attempts == 2);
   CHECK(!r.error.empty());
 }
+
+TEST_CASE("http client: requests over many multi handles, and a cap far below the offered load") {
+  mock_server m;
+  for (int cap : {4096, 3}) { // 16 shards of the client's loop; one shard and a long queue
+    CAPTURE(cap);
+    auto o = opts(m);
+    o.max_in_flight = cap;
+    http_client c(o);
+    const int n = cap > 100 ? 300 : 30;
+    std::vector<std::promise<http_response>> promises(static_cast<size_t>(n));
+    std::vector<std::future<http_response>> answers;
+    for (auto& p : promises) {
+      answers.push_back(p.get_future());
+      c.post("/v1/chat/completions", ask_body("llm_correct"),
+             [&p](http_response r) { p.set_value(std::move(r)); });
+    }
+    int ok = 0;
+    for (auto& f : answers) {
+      REQUIRE(f.wait_for(std::chrono::seconds(120)) == std::future_status::ready);
+      auto r = f.get();
+      ok += r.ok() && r.body.find("kiln_run") != std::string::npos;
+    }
+    CHECK(ok == n);
+    auto s = c.stats();
+    CHECK(s.completed == n);
+    CHECK(s.in_flight == 0);
+    CHECK(s.queued == 0);
+    CHECK(s.failed == 0);
+  }
+}
