@@ -5,6 +5,7 @@
 #include "actors/messages.hpp"
 #include "gpu_pool/device_pool.hpp"
 #include "gpu_pool/job.hpp"
+#include "rollout/coordinator.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -73,6 +74,17 @@ inline std::string correct_outcome(double median_ms) {
 }
 
 // The null pool: every job is correct in 1 ms at once (the eager baseline too: speedup 1).
+// A bench's coordinator: every episode in flight at once, no staleness bound, every turn run.
+inline coordinator_config all_in_flight(int episodes, int turns) {
+  coordinator_config cc;
+  cc.admission.max_concurrent = episodes;
+  cc.admission.total = episodes;
+  cc.admission.eta = -1;
+  cc.episode.max_turns = turns;
+  cc.episode.stop_at_best = false;
+  return cc;
+}
+
 inline caf::behavior null_pool(caf::event_based_actor*, std::string reply) {
   return {[=](evaluate_atom, const std::string&, const std::string&) { return reply; }};
 }

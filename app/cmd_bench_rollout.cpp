@@ -144,12 +144,7 @@ int bench_null(caf::actor_system& sys, const std::vector<task>& spec, const benc
     rss_sampler sampler;
     auto server = spawn_policy_server(sys, make_expert_policy(backend_kind::cpu));
     auto pool = sys.spawn(null_pool, outcome_bytes);
-    coordinator_config cc;
-    cc.admission.max_concurrent = args.episodes;
-    cc.admission.total = args.episodes;
-    cc.admission.eta = -1;
-    cc.episode.max_turns = args.turns;
-    cc.episode.stop_at_best = false;
+    coordinator_config cc = all_in_flight(args.episodes, args.turns);
     episode_peers peers;
     peers.policy_server = server;
     peers.pool = pool;

@@ -150,12 +150,7 @@ int bench_llm_mock(const common_args& common, const std::vector<task>& spec,
     std::vector<std::shared_ptr<rollout_task>> tasks;
     for (const auto& t : spec) tasks.push_back(make_rollout_task(t));
     auto pool = sys.spawn(null_pool, correct_outcome(1.0));
-    coordinator_config cc;
-    cc.admission.max_concurrent = args.episodes;
-    cc.admission.total = args.episodes;
-    cc.admission.eta = -1;
-    cc.episode.max_turns = args.turns;
-    cc.episode.stop_at_best = false;
+    coordinator_config cc = all_in_flight(args.episodes, args.turns);
     cc.episode.text_policy = true;
     cc.episode.policy_timeout = std::chrono::seconds(600);
     episode_peers peers{*server, pool, {}, {}};
