@@ -208,6 +208,9 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   }
   caf::actor server;
   if (policy) {
+    // It was made before sft: take the weights the learner has published since, or the first
+    // episodes sample version -1 (the untrained weights), which the learner refuses.
+    policy->refresh();
     policy_server_config psc;
     psc.seed = cfg.seed;
     server = spawn_policy_server(sys, std::move(policy), psc);

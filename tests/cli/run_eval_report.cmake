@@ -9,6 +9,10 @@ execute_process(COMMAND ${KILN} run --set tasks.max_tasks=4 --set eval.max_tasks
 if(NOT rc EQUAL 0 OR NOT "${out}${err}" MATCHES "learner: checkpoint")
   message(FATAL_ERROR "kiln run exited ${rc}:\n${out}\n${err}")
 endif()
+# Every episode samples from published weights (after sft): none is refused as version -1.
+if("${out}${err}" MATCHES "learner refused")
+  message(FATAL_ERROR "the learner refused trajectories of the run:\n${err}")
+endif()
 file(GLOB run_dir ${OUT}/loop_runs/quickstart-*)
 foreach(f summary.json eval.json rollout.jsonl learner.jsonl checkpoints/latest
           checkpoints/untrained.pt)
