@@ -1,5 +1,7 @@
 #include "llm/chat_api.hpp"
 
+#include "data/utf8.hpp"
+
 #include <nlohmann/json.hpp>
 
 namespace kiln {
@@ -7,7 +9,9 @@ namespace kiln {
 using json = nlohmann::json;
 
 std::string message_json(const chat_message& m) {
-  return json{{"role", m.role}, {"content", m.content}}.dump();
+  // Lossy, not strict: content quotes outcomes, which quote whatever bytes a kernel held.
+  return json{{"role", m.role}, {"content", m.content}}.dump(-1, ' ', false,
+                                                             json::error_handler_t::replace);
 }
 
 std::string messages_array_json(const std::vector<chat_message>& messages) {
@@ -41,7 +45,7 @@ expected<chat_answer> parse_chat_answer(const std::string& body) {
     std::string m = e.is_object() && e.contains("message") && e["message"].is_string()
                         ? e["message"].get<std::string>()
                         : e.dump();
-    return error{"answer: the server reports an error: " + m.substr(0, 300)};
+    return error{"answer: the server reports an error: " + utf8_head(m, 300)};
   }
   if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty())
     return error{"answer: no choices[0]"};

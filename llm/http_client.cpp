@@ -405,7 +405,8 @@ void http_client::run() {
         im.fail_streak[ep] = 0;
       }
       if (retry && t->attempts < o.max_attempts) {
-        double delay = std::min(o.backoff_max_s, o.backoff_s * double(1 << (t->attempts - 1)));
+        double delay =
+            std::min(o.backoff_max_s, std::ldexp(o.backoff_s, std::min(t->attempts - 1, 30)));
         if (t->retry_after_s >= 0) delay = std::min(o.backoff_max_s, t->retry_after_s);
         t->not_before = clock_type::now() + std::chrono::microseconds(int64_t(delay * 1e6));
         im.retries++;

@@ -1,6 +1,7 @@
 #include "llm/llm_policy_server.hpp"
 
 #include "actors/messages.hpp"
+#include "data/utf8.hpp"
 #include "learner/weights.hpp"
 #include "llm/chat_api.hpp"
 #include "llm/http_client.hpp"
@@ -13,6 +14,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -41,6 +43,7 @@ struct conversation {
   std::vector<int32_t> through; // the template's rendering through the last answer
   std::vector<int32_t> prefix;  // this turn's context tokens before the answer
   int64_t version = 0;          // the served version when the turn was asked
+  bool answer_stopped = false;  // the last answer ended on a stop token, not at max_tokens
   bool waiting = false;
   caf::typed_response_promise<gen_reply> promise;
   std::chrono::steady_clock::time_point asked;
@@ -138,6 +141,7 @@ void deliver(llm_actor* self, conversation& c, std::string text, const std::stri
     rep.prompt_tokens = tokens->prompt_tokens;
     rep.completion_tokens = tokens->completion_tokens;
     c.context.insert(c.context.end(), tokens->ids.begin(), tokens->ids.end());
+    c.answer_stopped = finish == "stop";
   }
   c.prefix.clear();
   auto code = last_code_block(text);
@@ -164,7 +168,7 @@ void on_answer(llm_actor* self, const llm_answer& a) {
     c.promise.deliver(caf::make_error(caf::sec::runtime_error, "llm endpoint: " + why));
   };
   if (!a.error.empty()) {
-    std::string body = a.body.substr(0, 300);
+    std::string body = utf8_head(utf8_valid(a.body.substr(0, 300)), 300);
     return fail(a.error + (body.empty() ? "" : ": " + body));
   }
   auto tokenized = [&](const char* what) -> std::optional<std::vector<int32_t>> {
@@ -202,7 +206,7 @@ void on_answer(llm_actor* self, const llm_answer& a) {
   case tokenize_next: {
     auto ids = tokenized("the conversation with the outcome");
     if (!ids) return;
-    auto ext = context_extension(c.context, c.through, *ids);
+    auto ext = context_extension(c.context, c.through, *ids, c.answer_stopped);
     c.through.clear();
     if (!ext) return fail(ext.message());
     c.prefix = *ext;
@@ -232,10 +236,11 @@ void poll_versions(llm_actor* self) {
   try {
     while (st.sub->recv(msg, zmq::recv_flags::dontwait)) {
       auto w = decode_weight_message(static_cast<const char*>(msg.data()), msg.size());
-      if (!w || w->version < 0) {
+      // Versions ride in int32 token arrays (trajectory `versions`): larger ones would wrap.
+      if (!w || w->version < 0 || w->version > std::numeric_limits<int32_t>::max()) {
         if (st.bad_announcements++ == 0)
           spdlog::warn("llm: a version announcement of {} bytes is not a weights-channel frame "
-                       "(\"KLNW\", int64 version): ignored, counted",
+                       "(\"KLNW\", int64 version in [0, 2^31)): ignored, counted",
                        msg.size());
         continue;
       }

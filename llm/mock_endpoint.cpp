@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <map>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <tuple>
 #include <unistd.h>
 #include <unordered_map>
 
@@ -47,13 +49,44 @@ struct due_answer {
 struct mock_endpoint::impl {
   mock_endpoint_options o;
   int listen_fd = -1, epoll_fd = -1, stop_fd = -1;
-  std::string chat, completion, generate, tokenize, not_found;
+  std::string chat, completion, generate, not_found;
+  json prompt_ids, answer_ids;
+  std::map<std::tuple<int, int, bool>, std::string> tokenize; // by the request's messages
+  const std::string& tokenized(const std::string& body);
   std::unordered_map<int, connection> conns;
   std::deque<due_answer> fifo; // the latency is fixed: answers fall due in arrival order
   uint64_t next_id = 1;
   std::atomic<int64_t> requests{0}, connections{0}, bad{0};
   std::atomic<double> cpu_s{0};
 };
+
+// A prefix-stable template over fixed ids: the system and first user message render as the
+// prompt ids, an assistant message as its header 9 10, the answer's ids and the closing 7 8, a
+// later user message as 16 ids, and the generation prompt as the header. Messages are counted in
+// the body as the client serializes them ("role":"assistant"; quotes in contents are escaped).
+const std::string& mock_endpoint::impl::tokenized(const std::string& body) {
+  auto count = [&](const char* needle) {
+    int n = 0;
+    for (size_t p = body.find(needle); p != std::string::npos; p = body.find(needle, p + 1)) ++n;
+    return n;
+  };
+  std::tuple<int, int, bool> key{count(R"("role":"assistant")"), count(R"("role":"user")"),
+                                 body.find(R"("add_generation_prompt":true)") != std::string::npos};
+  auto it = tokenize.find(key);
+  if (it != tokenize.end()) return it->second;
+  json t = prompt_ids;
+  auto [assistants, users] = std::pair{std::get<0>(key), std::get<1>(key)};
+  for (int i = 0; i < assistants; ++i) {
+    t.push_back(9), t.push_back(10);
+    for (const auto& id : answer_ids) t.push_back(id);
+    t.push_back(7), t.push_back(8);
+    if (i + 1 < users)
+      for (int k = 0; k < 16; ++k) t.push_back(300 + k);
+  }
+  if (std::get<2>(key)) t.push_back(9), t.push_back(10);
+  size_t n = t.size();
+  return tokenize[key] = http_ok(json{{"tokens", std::move(t)}, {"count", n}}.dump());
+}
 
 expected<std::unique_ptr<mock_endpoint>> mock_endpoint::start(mock_endpoint_options o) {
   std::unique_ptr<mock_endpoint> m(new mock_endpoint());
@@ -91,7 +124,8 @@ expected<std::unique_ptr<mock_endpoint>> mock_endpoint::start(mock_endpoint_opti
                                {"prompt_tokens", im.o.prompt_tokens},
                                {"completion_tokens", im.o.answer_tokens}}}}
                             .dump());
-  im.tokenize = http_ok(json{{"tokens", prompt}, {"count", im.o.prompt_tokens}}.dump());
+  im.prompt_ids = std::move(prompt);
+  im.answer_ids = std::move(ids);
   im.not_found = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
 
   auto fail = [&](const char* what) {
@@ -189,6 +223,7 @@ void mock_endpoint::run() {
       size_t sp1 = c.in.find(' '), sp2 = c.in.find(' ', sp1 + 1);
       std::string path =
           sp1 < end && sp2 < end ? c.in.substr(sp1 + 1, sp2 - sp1 - 1) : std::string();
+      std::string body = c.in.substr(end + 4, body_len);
       c.in.erase(0, end + 4 + body_len);
       im.requests++;
       const std::string* r = nullptr;
@@ -205,7 +240,7 @@ void mock_endpoint::run() {
         continue;
       }
       if (path != "/tokenize") im.bad++;
-      c.out += path == "/tokenize" ? im.tokenize : im.not_found;
+      c.out += path == "/tokenize" ? im.tokenized(body) : im.not_found;
       flush(fd, c);
       if (!im.conns.count(fd)) return;
     }

@@ -1,8 +1,12 @@
 #include "llm/token_api.hpp"
 
+#include "data/utf8.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 namespace kiln {
@@ -28,7 +32,7 @@ expected<json> answer_object(const std::string& body) {
     std::string m = e.is_object() && e.contains("message") && e["message"].is_string()
                         ? e["message"].get<std::string>()
                         : e.dump();
-    return error{"answer: the server reports an error: " + m.substr(0, 300)};
+    return error{"answer: the server reports an error: " + utf8_head(m, 300)};
   }
   return j;
 }
@@ -190,7 +194,7 @@ expected<token_answer> parse_generate_answer(const std::string& body) {
 expected<std::vector<int32_t>> context_extension(const std::vector<int32_t>& context,
                                                  const std::vector<int32_t>& through_answer,
                                                  const std::vector<int32_t>& with_next,
-                                                 size_t max_closing) {
+                                                 bool stopped, size_t max_closing) {
   if (with_next.size() < through_answer.size() ||
       !std::equal(through_answer.begin(), through_answer.end(), with_next.begin()))
     return error{"the chat template is not prefix-stable: the conversation with the next message "
@@ -198,17 +202,27 @@ expected<std::vector<int32_t>> context_extension(const std::vector<int32_t>& con
                  std::to_string(through_answer.size()) +
                  " tokens), so the context cannot be "
                  "extended without re-tokenizing the model's answer"};
-  std::vector<int32_t> out;
-  if (!context.empty() && !through_answer.empty()) {
+  // The end of the answer in through_answer: the largest e with the context's last k tokens
+  // right before it.
+  auto answer_end = [&](size_t k) -> std::optional<size_t> {
     size_t n = through_answer.size();
-    size_t lo = n > max_closing + 1 ? n - max_closing - 1 : 0;
-    for (size_t i = n; i-- > lo;)
-      if (through_answer[i] == context.back()) {
-        out.assign(through_answer.begin() + static_cast<std::ptrdiff_t>(i) + 1,
-                   through_answer.end());
-        break;
-      }
-  }
+    size_t lo = n > max_closing ? n - max_closing : 0;
+    for (size_t e = n; e >= std::max(lo, k) && e > 0; --e)
+      if (std::equal(context.end() - static_cast<std::ptrdiff_t>(k), context.end(),
+                     through_answer.begin() + static_cast<std::ptrdiff_t>(e - k)))
+        return e;
+    return std::nullopt;
+  };
+  size_t k = std::min<size_t>(4, context.size());
+  auto end = k ? answer_end(k) : std::nullopt;
+  if (!end && stopped && k > 1) end = answer_end(1);
+  if (!end)
+    return error{"the end of the model's answer (its last " + std::to_string(k) +
+                 " tokens) is not among the last " + std::to_string(max_closing) +
+                 " tokens of the template's rendering of it, so the template's closing of the "
+                 "answer is unknown"};
+  std::vector<int32_t> out(through_answer.begin() + static_cast<std::ptrdiff_t>(*end),
+                           through_answer.end());
   out.insert(out.end(), with_next.begin() + static_cast<std::ptrdiff_t>(through_answer.size()),
              with_next.end());
   return out;

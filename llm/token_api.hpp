@@ -47,12 +47,14 @@ expected<token_answer> parse_generate_answer(const std::string& body);
 // answer, then the next messages and the generation prompt. `through_answer` is the template's
 // rendering of the conversation up to and including the answer (no generation prompt), `with_next`
 // the same plus the next messages (with it). The template must be prefix-stable (with_next starts
-// with through_answer); the closing is what through_answer holds after the last occurrence of the
-// context's last token among its final `max_closing` + 1 tokens (the answer's stop token, e.g.
-// <|im_end|>, then "\n"), and nothing when it does not occur there.
+// with through_answer). The closing is what through_answer holds after the context's end: the
+// last place among its final `max_closing` + 1 tokens where the context's last 4 tokens occur
+// (the answer's stop token, e.g. <|im_end|>, then "\n"). A single matching token is enough only
+// when the answer `stopped` on a stop token: the last token of an answer cut at max_tokens may
+// be a "\n" that the closing holds too. No match is an error: the end of the answer is unknown.
 expected<std::vector<int32_t>> context_extension(const std::vector<int32_t>& context,
                                                  const std::vector<int32_t>& through_answer,
                                                  const std::vector<int32_t>& with_next,
-                                                 size_t max_closing = 8);
+                                                 bool stopped, size_t max_closing = 8);
 
 } // namespace kiln

@@ -1,6 +1,7 @@
 #include "rollout/episode.hpp"
 
 #include "actors/messages.hpp"
+#include "data/utf8.hpp"
 #include "gpu_pool/device_pool.hpp"
 #include "gpu_pool/job.hpp"
 #include "rollout/observation_text.hpp"
@@ -169,7 +170,7 @@ void on_outcome(episode_actor* self, const outcome& o, turn_record rec) {
   double r = suspect ? turn_reward(cfg.reward, correct, std::min(se, 1.0), std::nullopt)
                      : turn_reward(cfg.reward, correct, se, sc);
   rec.outcome = to_string(o.kind);
-  st.last_message = o.message.substr(0, 500);
+  st.last_message = utf8_head(utf8_valid(o.message), 500);
   rec.reward = r;
   rec.speedup_eager = se;
   rec.speedup_compile = sc;

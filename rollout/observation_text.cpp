@@ -1,5 +1,7 @@
 #include "rollout/observation_text.hpp"
 
+#include "data/utf8.hpp"
+
 #include <cstdio>
 
 namespace kiln {
@@ -16,8 +18,9 @@ std::string num(double v, const char* fmt = "%.4g") {
 std::string trimmed(const std::string& s, size_t max_chars) {
   if (s.size() <= max_chars) return s;
   size_t half = max_chars / 2;
-  return s.substr(0, half) + "\n[... " + std::to_string(s.size() - 2 * half) +
-         " characters cut ...]\n" + s.substr(s.size() - half);
+  std::string head = utf8_head(s, half), tail = utf8_tail(s, half);
+  return head + "\n[... " + std::to_string(s.size() - head.size() - tail.size()) +
+         " characters cut ...]\n" + tail;
 }
 
 } // namespace
@@ -36,7 +39,7 @@ std::string observation_text(const outcome& o, double speedup_eager,
         s += " Speedup over torch.compile: " + num(*speedup_compile, "%.3f") + "x.";
       s += "\n";
     }
-    if (!o.message.empty()) s += "Note: " + trimmed(o.message, max_log_chars) + "\n";
+    if (!o.message.empty()) s += "Note: " + trimmed(utf8_valid(o.message), max_log_chars) + "\n";
     s += "Make it faster if you can; answer with the whole program again.\n";
     return s;
   case outcome_kind::wrong:
@@ -51,7 +54,7 @@ std::string observation_text(const outcome& o, double speedup_eager,
     break;
   default: break;
   }
-  if (!o.message.empty()) s += trimmed(o.message, max_log_chars) + "\n";
+  if (!o.message.empty()) s += trimmed(utf8_valid(o.message), max_log_chars) + "\n";
   s += "Fix the program; answer with the whole program again.\n";
   return s;
 }

@@ -341,7 +341,8 @@ expected<trajectory> decode_trajectory(const char* data, size_t size,
     // most 4 bytes per token, nesting is map > turns / messages > map. Strings may be message
     // contents; names are checked against max_string after unpacking.
     size_t max_bin = limits.max_tokens > (SIZE_MAX / 4) ? SIZE_MAX : limits.max_tokens * 4;
-    msgpack::unpack_limit lim(/*array*/ 2 * limits.max_turns + 2, /*map*/ 64,
+    size_t max_array = limits.max_turns > (SIZE_MAX - 2) / 2 ? SIZE_MAX : 2 * limits.max_turns + 2;
+    msgpack::unpack_limit lim(/*array*/ max_array, /*map*/ 64,
                               /*str*/ std::max(limits.max_string, limits.max_text),
                               /*bin*/ max_bin, /*ext*/ 0, /*depth*/ 4);
     size_t off = 0;

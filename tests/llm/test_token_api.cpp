@@ -86,18 +86,44 @@ TEST_CASE("token api: the context extension keeps the answer's ids and adds the 
   std::vector<int32_t> through = {1, 30, 2, 9, 1, 40, 50, 51, 2, 9};
   std::vector<int32_t> next = through;
   for (int32_t t : {1, 60, 61, 2, 9, 1, 40}) next.push_back(t);
-  auto ext = context_extension(context, through, next);
+  auto ext = context_extension(context, through, next, true);
   REQUIRE_MESSAGE(ext.has_value(), (ext ? "" : ext.message()));
   CHECK(*ext == std::vector<int32_t>{9, 1, 60, 61, 2, 9, 1, 40});
   // An answer cut at max_tokens (no stop token): the template's closing follows its last token.
   std::vector<int32_t> cut = {1, 30, 2, 9, 1, 40, 50, 51};
-  ext = context_extension(cut, through, next);
+  ext = context_extension(cut, through, next, false);
   REQUIRE(ext.has_value());
   CHECK(*ext == std::vector<int32_t>{2, 9, 1, 60, 61, 2, 9, 1, 40});
   // A template that renders an earlier turn differently once a later one exists.
   auto unstable = next;
   unstable[2] = 77;
-  auto bad = context_extension(context, through, unstable);
+  auto bad = context_extension(context, through, unstable, true);
   REQUIRE_FALSE(bad.has_value());
   CHECK(bad.message().find("not prefix-stable") != std::string::npos);
+}
+
+TEST_CASE("token api: an answer cut at max_tokens on a newline still gets the template's closing") {
+  // The answer 50 9 stops at max_tokens on "\n" (9); the template closes it with 2 9. Matching the
+  // last token alone would find the closing's 9 and drop the <|im_end|>.
+  std::vector<int32_t> context = {1, 30, 2, 9, 1, 40, 50, 9};
+  std::vector<int32_t> through = {1, 30, 2, 9, 1, 40, 50, 9, 2, 9};
+  std::vector<int32_t> next = through;
+  for (int32_t t : {1, 60, 2, 9, 1, 40}) next.push_back(t);
+  auto ext = context_extension(context, through, next, false);
+  REQUIRE_MESSAGE(ext.has_value(), (ext ? "" : ext.message()));
+  CHECK(*ext == std::vector<int32_t>{2, 9, 1, 60, 2, 9, 1, 40});
+  // The template re-tokenized the answer's end differently (51 became 52 53): a stop token still
+  // locates it, a cut answer does not, and that is an error rather than a context without its
+  // closing.
+  std::vector<int32_t> ctx2 = {1, 30, 2, 9, 1, 40, 51, 2};
+  std::vector<int32_t> thr2 = {1, 30, 2, 9, 1, 40, 52, 53, 2, 9};
+  std::vector<int32_t> next2 = thr2;
+  next2.push_back(1);
+  auto stopped = context_extension(ctx2, thr2, next2, true);
+  REQUIRE(stopped.has_value());
+  CHECK(*stopped == std::vector<int32_t>{9, 1});
+  std::vector<int32_t> cut2 = {1, 30, 2, 9, 1, 40, 51};
+  auto lost = context_extension(cut2, thr2, next2, false);
+  REQUIRE_FALSE(lost.has_value());
+  CHECK(lost.message().find("closing of the answer is unknown") != std::string::npos);
 }

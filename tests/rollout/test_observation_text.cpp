@@ -1,6 +1,7 @@
 #include "rollout/observation_text.hpp"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 using namespace kiln;
 
@@ -34,4 +35,18 @@ TEST_CASE("observation text: compile logs trimmed at both ends, mismatches locat
   CHECK(tc.find("eager: 1.500x") != std::string::npos);
   CHECK(tc.find("torch.compile: 0.750x") != std::string::npos);
   CHECK(observation_text(c, 1.5, std::nullopt).find("torch.compile") == std::string::npos);
+}
+
+TEST_CASE("observation text: a log with invalid UTF-8, cut mid code point, is still valid text") {
+  // A compiler echoes the kernel's line: bytes the policy wrote, any bytes at all. The cut
+  // points of a 40-byte budget fall inside the euro signs on both sides.
+  outcome ce;
+  ce.kind = outcome_kind::compile_error;
+  std::string euros;
+  for (int i = 0; i < 40; ++i) euros += "\xE2\x82\xAC";
+  ce.message = "error: \"\xFF\xFE\" " + euros + " end";
+  auto t = observation_text(ce, 0, std::nullopt, 41);
+  CHECK(t.find("\xEF\xBF\xBD") != std::string::npos); // the bad bytes, replaced
+  CHECK_NOTHROW(nlohmann::json(t).dump());
+  CHECK(t.find(" end") != std::string::npos);
 }
