@@ -59,6 +59,15 @@ at::Tensor draw(const task& t, const tensor_decl& d, at::Generator& gen, c10::De
     break;
   }
   }
+  if (d.scale != 1.0) x.mul_(d.scale);
+  if (d.shift != 0.0) x.add_(d.shift);
+  if (d.random_scale) x.mul_(at::empty({}, opts).uniform_(0.0, 1.0, gen));
+  switch (d.structure) {
+  case structure_kind::none: break;
+  case structure_kind::triu: x = x.triu(); break;
+  case structure_kind::tril: x = x.tril(); break;
+  case structure_kind::symmetric: x = x.add(x.transpose(-2, -1)).div_(2.0); break;
+  }
   if (t.type != dtype::float32) x = x.to(scalar_type(t.type));
   return x.to(compute_type(t, device));
 }

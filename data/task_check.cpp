@@ -3,6 +3,7 @@
 #include "data/op_vocab.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace kiln {
@@ -26,6 +27,23 @@ status check_decl(const task& t, const tensor_decl& d, const char* section, std:
     return error{at + ": init: randint needs LO < HI"};
   if (d.init == init_kind::kaiming_uniform && d.shape.size() < 2)
     return error{at + ": init: kaiming_uniform needs a weight of rank >= 2 (fan-in from dim 1)"};
+  bool drawn =
+      d.init == init_kind::uniform || d.init == init_kind::normal || d.init == init_kind::randint;
+  if (!drawn && (d.scale != 1.0 || d.shift != 0.0 || d.random_scale))
+    return error{at +
+                 ": scale / shift / random_scale apply to uniform, normal and randint draws, "
+                 "not " +
+                 std::string(to_string(d.init))};
+  if (!drawn && d.init != init_kind::ones && d.structure != structure_kind::none)
+    return error{at + ": structure applies to uniform, normal, randint and ones, not " +
+                 std::string(to_string(d.init))};
+  if (!std::isfinite(d.scale) || d.scale == 0.0 || !std::isfinite(d.shift))
+    return error{at + ": scale must be finite and nonzero, shift finite"};
+  if (d.structure != structure_kind::none &&
+      (d.shape.size() < 2 || d.shape[d.shape.size() - 1] != d.shape[d.shape.size() - 2]))
+    return error{at + ": structure " + std::string(to_string(d.structure)) +
+                 " needs square matrices in the last two dimensions, got shape " +
+                 to_string(d.shape)};
   return ok();
 }
 

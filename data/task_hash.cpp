@@ -54,6 +54,10 @@ std::string init_text(const tensor_decl& d, bool with_sizes) {
   std::string s = to_string(d.init);
   if (d.init == init_kind::randint && with_sizes)
     s += ":" + std::to_string(d.lo) + ":" + std::to_string(d.hi);
+  if (with_sizes && (d.scale != 1.0 || d.shift != 0.0))
+    s += "*" + to_string(attr_value(d.scale)) + "+" + to_string(attr_value(d.shift));
+  if (d.random_scale) s += "*u";
+  if (d.structure != structure_kind::none) s += std::string("/") + to_string(d.structure);
   return s;
 }
 

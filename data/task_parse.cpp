@@ -115,13 +115,30 @@ void parse_init(const std::string& s, tensor_decl& d, const std::string& at) {
 }
 
 tensor_decl parse_decl(const json& j, const std::string& at, bool is_param) {
-  check_keys(j, at, {"name", "shape", "init", "of"});
+  check_keys(j, at, {"name", "shape", "init", "of", "scale", "shift", "random_scale", "structure"});
   tensor_decl d;
   d.name = str(need(j, "name", at), at + ".name");
   d.shape = shape(need(j, "shape", at), at + ".shape");
   d.init = is_param ? init_kind::kaiming_uniform : init_kind::uniform;
   if (j.contains("init")) parse_init(str(j["init"], at + ".init"), d, at + ".init");
   if (j.contains("of")) d.of = str(j["of"], at + ".of");
+  if (j.contains("scale")) d.scale = real(j["scale"], at + ".scale");
+  if (j.contains("shift")) d.shift = real(j["shift"], at + ".shift");
+  if (j.contains("random_scale")) {
+    if (!j["random_scale"].is_boolean()) fail(at + ".random_scale", "expected a boolean");
+    d.random_scale = j["random_scale"].get<bool>();
+  }
+  if (j.contains("structure")) {
+    std::string s = str(j["structure"], at + ".structure");
+    static const structure_kind kinds[] = {structure_kind::none, structure_kind::triu,
+                                           structure_kind::tril, structure_kind::symmetric};
+    bool known = false;
+    for (auto k : kinds)
+      if (s == to_string(k)) d.structure = k, known = true;
+    if (!known)
+      fail(at + ".structure",
+           "unknown structure '" + s + "' (expected none, triu, tril or symmetric)");
+  }
   return d;
 }
 
@@ -275,6 +292,10 @@ json task_to_json(const task& t) {
                     ? "randint:" + std::to_string(d.lo) + ":" + std::to_string(d.hi)
                     : std::string(to_string(d.init));
     if (!d.of.empty()) o["of"] = d.of;
+    if (d.scale != 1.0) o["scale"] = d.scale;
+    if (d.shift != 0.0) o["shift"] = d.shift;
+    if (d.random_scale) o["random_scale"] = true;
+    if (d.structure != structure_kind::none) o["structure"] = to_string(d.structure);
     return o;
   };
   j["inputs"] = json::array();
@@ -315,6 +336,11 @@ std::string task_to_toml(const task& t) {
                  : std::string(to_string(d.init)))
         << "\n";
     if (!d.of.empty()) out << "of = " << q(d.of) << "\n";
+    if (d.scale != 1.0) out << "scale = " << to_string(attr_value(d.scale)) << "\n";
+    if (d.shift != 0.0) out << "shift = " << to_string(attr_value(d.shift)) << "\n";
+    if (d.random_scale) out << "random_scale = true\n";
+    if (d.structure != structure_kind::none)
+      out << "structure = " << q(to_string(d.structure)) << "\n";
   };
   for (const auto& d : t.inputs) decl("inputs", d);
   for (const auto& d : t.params) decl("params", d);

@@ -55,6 +55,16 @@ std::string to_string(const attr_value& v) {
   return std::visit(visitor{}, v);
 }
 
+const char* to_string(structure_kind k) {
+  switch (k) {
+  case structure_kind::none: return "none";
+  case structure_kind::triu: return "triu";
+  case structure_kind::tril: return "tril";
+  case structure_kind::symmetric: return "symmetric";
+  }
+  return "?";
+}
+
 const char* to_string(init_kind k) {
   switch (k) {
   case init_kind::uniform: return "uniform";

@@ -36,12 +36,27 @@ enum class init_kind {
 };
 const char* to_string(init_kind k);
 
+// How a drawn tensor is shaped after its draw (the last two dimensions, which must be square).
+enum class structure_kind { none, triu, tril, symmetric /* (x + x^T) / 2 */ };
+const char* to_string(structure_kind k);
+
+// Drawn as `init`, then in this order: x * scale + shift; times one U[0, 1) scalar drawn next
+// (random_scale); the structure. KernelBench's inputs are made so: randn * 0.02 (normal with
+// std), randint(0, 2) * 2 - 1 (+-1 targets), rand(...) * rand(()), triu(rand), (A + A.T) / 2.
+// Scale, shift and random_scale apply to uniform, normal and randint; structure to those and to
+// ones (triu(ones): the mask a triangular output is multiplied by).
 struct tensor_decl {
   std::string name;
   shape_t shape;
   init_kind init = init_kind::uniform;
-  int64_t lo = 0, hi = 0; // randint bounds
-  std::string of;         // bias_uniform: the weight whose fan-in sets the bound
+  int64_t lo = 0, hi = 0;          // randint bounds
+  std::string of;                  // bias_uniform: the weight whose fan-in sets the bound
+  double scale = 1.0, shift = 0.0; // uniform, normal, randint only
+  bool random_scale = false;
+  structure_kind structure = structure_kind::none;
+  bool plain_draw() const {
+    return scale == 1.0 && shift == 0.0 && !random_scale && structure == structure_kind::none;
+  }
 };
 
 struct op_node {

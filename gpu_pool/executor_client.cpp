@@ -75,7 +75,13 @@ status executor_client::start_once() {
   kernel_scratch_ = kh_buf.data();
   chmod(kernel_scratch_.c_str(), 0711);
   // An executor that drops to nobody makes its kernel hosts' folders there itself.
-  if (opts_.drop_privileges && geteuid() == 0) (void)chown(kernel_scratch_.c_str(), 65534, 65534);
+  if (opts_.drop_privileges && geteuid() == 0 &&
+      chown(kernel_scratch_.c_str(), 65534, 65534) != 0) {
+    std::string why = std::strerror(errno);
+    remove_tree(scratch_);
+    remove_tree(kernel_scratch_);
+    return error{"executor: chown " + kernel_scratch_ + " to nobody: " + why};
+  }
 
   std::string exe = opts_.kiln_path;
   if (exe == "/proc/self/exe") {

@@ -110,7 +110,8 @@ void job_cgroup::delegate(uid_t uid) {
   if (path_.empty()) return;
   for (const char* f :
        {"", "/cgroup.procs", "/cgroup.threads", "/cgroup.subtree_control", "/cgroup.kill"})
-    (void)chown((path_ + f).c_str(), uid, uid);
+    // Best effort: a file left root's fails the executor's own write to it, with that error.
+    if (chown((path_ + f).c_str(), uid, uid) != 0) continue;
 }
 
 int job_cgroup::count() const {

@@ -285,7 +285,12 @@ call_result kernel_host::load(const artifact_ref& a, int64_t deadline_ms) {
       return r;
     }
   if (opts_.drop_privileges && geteuid() == 0)
-    for (const auto& f : files) (void)chown(f.second.c_str(), 65534, 65534);
+    for (const auto& f : files)
+      if (chown(f.second.c_str(), 65534, 65534) != 0) {
+        r.code = kh_code::load_failed;
+        r.text = "chown " + f.second + " to nobody: " + std::strerror(errno);
+        return r;
+      }
   kh_command cmd;
   cmd.op = static_cast<uint32_t>(kh_op::load);
   std::snprintf(cmd.artifact, sizeof cmd.artifact, "%s", base.c_str());

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -70,6 +71,10 @@ struct curl_shard {
   int index = 0;
   int active = 0;
   int epoll_fd = -1;
+  // The shard registered with epoll for each socket, shared by all shards (loop thread only):
+  // a socket libcurl closed before its CURL_POLL_REMOVE may be reopened by another shard, whose
+  // registration that late REMOVE must not delete.
+  std::unordered_map<curl_socket_t, int>* owners = nullptr;
   bool timer_set = false;
   std::chrono::steady_clock::time_point timer_due;
 };
@@ -77,6 +82,7 @@ struct curl_shard {
 struct http_client::impl {
   http_client_options opts;
   std::vector<std::unique_ptr<curl_shard>> shards;
+  std::unordered_map<curl_socket_t, int> socket_owners; // see curl_shard::owners
   std::thread thread;
   mutable std::mutex mu;
   std::deque<std::unique_ptr<transfer>> incoming; // posted, not yet seen by the loop
@@ -137,16 +143,26 @@ uint64_t socket_tag(int shard, curl_socket_t s) {
 int on_socket(CURL*, curl_socket_t s, int what, void* user, void* socketp) {
   auto* sh = static_cast<curl_shard*>(user);
   if (what == CURL_POLL_REMOVE) {
-    ::epoll_ctl(sh->epoll_fd, EPOLL_CTL_DEL, s, nullptr);
+    auto it = sh->owners->find(s);
+    if (it != sh->owners->end() && it->second == sh->index) {
+      ::epoll_ctl(sh->epoll_fd, EPOLL_CTL_DEL, s, nullptr);
+      sh->owners->erase(it);
+    }
     return 0;
   }
   epoll_event ev{};
   ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
   ev.data.u64 = socket_tag(sh->index, s);
-  if (socketp == nullptr || ::epoll_ctl(sh->epoll_fd, EPOLL_CTL_MOD, s, &ev) != 0) {
-    ::epoll_ctl(sh->epoll_fd, EPOLL_CTL_ADD, s, &ev);
+  auto owner = sh->owners->try_emplace(s, -1).first;
+  bool mine = socketp != nullptr && owner->second == sh->index;
+  if (!mine || ::epoll_ctl(sh->epoll_fd, EPOLL_CTL_MOD, s, &ev) != 0) {
+    // A registration under another shard's tag is stale (its socket was closed and this one
+    // reuses the number): replace it.
+    if (::epoll_ctl(sh->epoll_fd, EPOLL_CTL_ADD, s, &ev) != 0 && errno == EEXIST)
+      ::epoll_ctl(sh->epoll_fd, EPOLL_CTL_MOD, s, &ev);
     curl_multi_assign(sh->multi, s, sh); // any non-null marker
   }
+  owner->second = sh->index;
   return 0;
 }
 
@@ -184,6 +200,7 @@ http_client::http_client(http_client_options opts) : impl_(std::make_unique<impl
     auto sh = std::make_unique<curl_shard>();
     sh->index = static_cast<int>(i);
     sh->epoll_fd = impl_->epoll_fd;
+    sh->owners = &impl_->socket_owners;
     sh->multi = curl_multi_init();
     curl_multi_setopt(sh->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
     curl_multi_setopt(sh->multi, CURLMOPT_SOCKETDATA, sh.get());

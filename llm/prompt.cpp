@@ -9,7 +9,22 @@ namespace kiln {
 
 namespace {
 
+std::string draw_text(const tensor_decl& d);
+
 std::string init_text(const tensor_decl& d) {
+  if (d.plain_draw()) return draw_text(d);
+  std::ostringstream s;
+  s << draw_text(d);
+  if (d.scale != 1.0) s << ", times " << d.scale;
+  if (d.shift != 0.0) s << ", plus " << d.shift;
+  if (d.random_scale) s << ", times one scalar uniform in [0, 1)";
+  if (d.structure == structure_kind::triu) s << ", upper triangle kept (triu)";
+  if (d.structure == structure_kind::tril) s << ", lower triangle kept (tril)";
+  if (d.structure == structure_kind::symmetric) s << ", symmetrized: (x + x^T) / 2";
+  return s.str();
+}
+
+std::string draw_text(const tensor_decl& d) {
   switch (d.init) {
   case init_kind::uniform: return "uniform in [0, 1)";
   case init_kind::normal: return "normal(0, 1)";

@@ -441,6 +441,19 @@ def draw_all(decls, seed, device):
         else:  # kaiming_uniform / bias_uniform: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
             bound = 1.0 / math.sqrt(d["fan_in"])
             x = torch.empty(shape, **opts).uniform_(-bound, bound, generator=gen)
+        if d.get("scale", 1.0) != 1.0:
+            x.mul_(d["scale"])
+        if d.get("shift", 0.0) != 0.0:
+            x.add_(d["shift"])
+        if d.get("random_scale"):
+            x.mul_(torch.empty((), **opts).uniform_(0.0, 1.0, generator=gen))
+        structure = d.get("structure", "none")
+        if structure == "triu":
+            x = x.triu()
+        elif structure == "tril":
+            x = x.tril()
+        elif structure == "symmetric":
+            x = x.add(x.transpose(-2, -1)).div_(2.0)
         if DTYPE != torch.float32:
             x = x.to(DTYPE)
         out.append(x.to(compute_dtype(device)))
@@ -502,6 +515,19 @@ def _decl(d, spec, where, is_param, params):
         out["fan_in"] = math.prod(w[1:])
     elif init not in ("uniform", "normal", "ones", "zeros"):
         raise TaskError(f"{where}.init: unknown init {init!r}")
+    for key in ("scale", "shift"):
+        if key in d:
+            if not isinstance(d[key], (int, float)) or isinstance(d[key], bool):
+                raise TaskError(f"{where}.{key}: expected a number")
+            out[key] = float(d[key])
+    if "random_scale" in d:
+        if not isinstance(d["random_scale"], bool):
+            raise TaskError(f"{where}.random_scale: expected a boolean")
+        out["random_scale"] = d["random_scale"]
+    if "structure" in d:
+        out["structure"] = d["structure"]
+    if out.get("structure", "none") not in ("none", "triu", "tril", "symmetric"):
+        raise TaskError(f"{where}.structure: unknown structure {out['structure']!r}")
     return out
 
 

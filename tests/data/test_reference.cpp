@@ -202,6 +202,66 @@ TEST_CASE("params follow torch.nn init, inputs are deterministic per seed") {
   CHECK(a[0].max().item<double>() < 1.0);
 }
 
+TEST_CASE("draw modifiers: scale and shift, one random scalar, triangles and symmetry") {
+  task t = one_op("relu", {{6, 6}});
+  for (int i = 1; i < 5; ++i) {
+    tensor_decl d;
+    d.name = "a" + std::to_string(i);
+    d.shape = i == 4 ? shape_t{3, 5} : shape_t{6, 6};
+    t.inputs.push_back(d);
+    op_node n;
+    n.out = "y" + std::to_string(i);
+    n.op = "relu";
+    n.args = {d.name};
+    t.ops.push_back(n);
+    t.outputs.push_back(n.out);
+  }
+  t.inputs[0].init = init_kind::randint; // randint(0, 2) * 2 - 1: +-1 targets
+  t.inputs[0].lo = 0, t.inputs[0].hi = 2;
+  t.inputs[0].scale = 2, t.inputs[0].shift = -1;
+  t.inputs[1].structure = structure_kind::triu;
+  t.inputs[2].structure = structure_kind::symmetric;
+  t.inputs[3].init = init_kind::normal; // randn * 0.02
+  t.inputs[3].scale = 0.02;
+  t.inputs[4].random_scale = true; // rand(...) * rand(())
+  REQUIRE(check_task(t));
+  auto x = make_inputs(t, 3, c10::Device(c10::kCPU));
+  CHECK(at::equal(x[0].abs(), at::ones({6, 6})));
+  CHECK(x[0].min().item<float>() == -1.f);
+  CHECK(at::equal(x[1], x[1].triu()));
+  CHECK(x[1].triu(0).sum().item<double>() > 0);
+  CHECK(at::equal(x[2], x[2].transpose(0, 1)));
+  CHECK(x[3].abs().max().item<double>() < 0.2);
+  CHECK(x[3].abs().max().item<double>() > 0.01);
+  // The random scalar comes after the tensor in the stream: the same seed without the modifier
+  // gives the same values divided by one scalar in [0, 1).
+  task plain = t;
+  plain.inputs[4].random_scale = false;
+  auto y = make_inputs(plain, 3, c10::Device(c10::kCPU));
+  auto ratio = x[4] / y[4];
+  CHECK(ratio.max().item<double>() - ratio.min().item<double>() < 1e-5);
+  CHECK(ratio.max().item<double>() < 1.0);
+
+  task bad = t;
+  bad.inputs[4].structure = structure_kind::tril;
+  auto e = check_task(bad);
+  REQUIRE_FALSE(e);
+  CHECK(e.message().find("needs square matrices") != std::string::npos);
+  bad = t;
+  bad.inputs[0].init = init_kind::ones;
+  e = check_task(bad);
+  REQUIRE_FALSE(e);
+  CHECK(e.message().find("apply to uniform, normal and randint") != std::string::npos);
+  bad.inputs[0].scale = 1, bad.inputs[0].shift = 0;
+  bad.inputs[0].structure = structure_kind::tril; // tril(ones) is a mask: allowed
+  CHECK(check_task(bad));
+  bad.inputs[0].init = init_kind::zeros;
+  CHECK_FALSE(check_task(bad));
+  bad = t;
+  bad.inputs[3].scale = 0;
+  CHECK_FALSE(check_task(bad));
+}
+
 TEST_CASE("low-precision tasks round inputs and outputs to their dtype") {
   task t = one_op("relu", {{8}});
   t.type = dtype::bfloat16;

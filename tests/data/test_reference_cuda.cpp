@@ -1,12 +1,68 @@
 // GPU test (ctest label "gpu"): the CUDA reference agrees with the CPU reference on every task of
-// the cpu-profile suites, given the same inputs and params. Exits 77 (ctest: skipped) without CUDA.
+// the cpu-profile suites, given the same inputs and params, and draws with modifiers (scale,
+// shift, random_scale, structure) hold their properties when drawn on the device. Exits 77
+// (ctest: skipped) without CUDA.
 #include "data/reference.hpp"
+#include "data/task_check.hpp"
+#include "data/task_parse.hpp"
 #include "data/task_set.hpp"
 
 #include <ATen/ATen.h>
 #include <cstdio>
 
 using namespace kiln;
+
+namespace {
+
+// Inputs drawn on the device, as the cuda executor draws them: each modifier's property.
+int check_device_draws(c10::Device cuda) {
+  auto t = task_from_toml(R"(name = "draws"
+level = 1
+dtype = "float32"
+outputs = ["y"]
+[[inputs]]
+name = "pm"
+shape = [64, 64]
+init = "randint:0:2"
+scale = 2.0
+shift = -1.0
+[[inputs]]
+name = "up"
+shape = [64, 64]
+structure = "triu"
+[[inputs]]
+name = "sym"
+shape = [2, 64, 64]
+init = "normal"
+structure = "symmetric"
+[[inputs]]
+name = "rs"
+shape = [64, 64]
+random_scale = true
+[[ops]]
+out = "y"
+op = "add"
+args = ["pm", "up"]
+)",
+                          "draws.toml");
+  if (!t || !check_task(*t)) {
+    std::printf("FAIL draws: the task does not load\n");
+    return 1;
+  }
+  auto x = make_inputs(*t, 9, cuda);
+  int bad = 0;
+  auto fail = [&](const char* what) { std::printf("FAIL device draws: %s\n", what), ++bad; };
+  if (!at::equal(x[0].abs().cpu(), at::ones({64, 64}))) fail("randint * 2 - 1 is not +-1");
+  if (!at::equal(x[1].cpu(), x[1].cpu().triu()) || x[1].sum().item<double>() <= 0)
+    fail("triu has values below the diagonal (or none at all)");
+  if (!at::equal(x[2].cpu(), x[2].cpu().transpose(-2, -1))) fail("symmetric is not symmetric");
+  double hi = x[3].max().item<double>();
+  if (!(hi > 0 && hi < 1)) fail("random_scale is out of [0, 1)");
+  std::printf("device draws with modifiers: %d failed\n", bad);
+  return bad;
+}
+
+} // namespace
 
 int main() {
   if (!at::hasCUDA()) {
@@ -56,5 +112,6 @@ int main() {
   }
   std::printf("%zu tasks compared on cpu and cuda; worst scaled error %.3g (%s); %d failed\n",
               set.tasks.size(), worst, worst_task.c_str(), bad);
+  bad += check_device_draws(cuda);
   return bad == 0 ? 0 : 1;
 }

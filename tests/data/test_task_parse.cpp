@@ -1,4 +1,5 @@
 #include "data/task_check.hpp"
+#include "data/task_hash.hpp"
 #include "data/task_parse.hpp"
 #include "data/task_set.hpp"
 #include "tests/data/sample_tasks.hpp"
@@ -56,6 +57,35 @@ TEST_CASE("round trips through JSON and TOML keep the task") {
   auto again = task_from_toml(task_to_toml(*t), "mem.toml");
   REQUIRE_MESSAGE(again.has_value(), (again ? "" : again.message()));
   CHECK(task_to_json(*again) == j);
+}
+
+TEST_CASE("draw modifiers parse, round trip, and move the hash only when present") {
+  auto plain = task_from_toml(kGemm, "gemm.toml");
+  REQUIRE(plain);
+  auto t = task_from_toml(replace(kGemm, "init = \"uniform\"",
+                                  "init = \"uniform\"\nscale = 2.0\nshift = -1.0\n"
+                                  "random_scale = true"),
+                          "t.toml");
+  REQUIRE_MESSAGE(t.has_value(), (t ? "" : t.message()));
+  REQUIRE(check_task(*t));
+  CHECK(t->inputs[0].scale == 2.0);
+  CHECK(t->inputs[0].shift == -1.0);
+  CHECK(t->inputs[0].random_scale);
+  auto j = task_to_json(*t);
+  CHECK(j["inputs"][0]["scale"] == 2.0);
+  CHECK_FALSE(task_to_json(*plain)["inputs"][0].contains("scale")); // defaults stay unwritten
+  auto again = task_from_toml(task_to_toml(*t), "mem.toml");
+  REQUIRE_MESSAGE(again.has_value(), (again ? "" : again.message()));
+  CHECK(task_to_json(*again) == j);
+  CHECK(content_hash(*t) != content_hash(*plain));
+  auto bad = task_from_toml(
+      replace(kGemm, "init = \"uniform\"", "init = \"uniform\"\nstructure = \"diagonal\""),
+      "t.toml");
+  REQUIRE_FALSE(bad);
+  CHECK(contains(bad.message(), "inputs[0].structure: unknown structure 'diagonal'"));
+  auto not_square = checked_error(
+      replace(kGemm, "init = \"uniform\"", "init = \"uniform\"\nstructure = \"triu\""));
+  CHECK(contains(not_square, "needs square matrices in the last two dimensions"));
 }
 
 TEST_CASE("every validation error names file, task, op and field") {

@@ -50,3 +50,32 @@ args = ["c"]
   CHECK(cpu.find("typedef struct kiln_host") != std::string::npos); // the cpu ABI header
   CHECK(cuda.find("kiln_cuda_run_fn") != std::string::npos);        // the cuda one
 }
+
+TEST_CASE("the task prompt states draw modifiers: a kernel may rely on a triangle or symmetry") {
+  auto t = task_from_toml(R"(
+name = "tri"
+level = 1
+dtype = "float32"
+outputs = ["y"]
+[[inputs]]
+name = "a"
+shape = [8, 8]
+structure = "triu"
+[[inputs]]
+name = "t"
+shape = [8, 8]
+init = "randint:0:2"
+scale = 2.0
+shift = -1.0
+[[ops]]
+out = "y"
+op = "matmul"
+args = ["a", "t"]
+)",
+                          "inline.toml");
+  REQUIRE_MESSAGE(t, t.message());
+  REQUIRE(check_task(*t));
+  auto p = llm_task_prompt(*t, backend_kind::cpu, std::nullopt, std::nullopt);
+  CHECK(p.find("- a: [8, 8], uniform in [0, 1), upper triangle kept (triu)") != std::string::npos);
+  CHECK(p.find("- t: [8, 8], integers in [0, 2), times 2, plus -1") != std::string::npos);
+}

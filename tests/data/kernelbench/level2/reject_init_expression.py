@@ -1,4 +1,5 @@
-# Hand-written test problem: a parameter drawn as torch.randn(...) * 0.02 (a scaled normal).
+# Hand-written test problem: a parameter made by an expression that is not an affine draw
+# (|randn|, a half-normal): no Kiln init.
 import torch
 import torch.nn as nn
 
@@ -6,7 +7,7 @@ import torch.nn as nn
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
-        self.bias = nn.Parameter(torch.randn(8) * 0.02)
+        self.bias = nn.Parameter(torch.randn(8).abs())
 
     def forward(self, x):
         return x + self.bias
