@@ -37,8 +37,9 @@ status check_decl(const task& t, const tensor_decl& d, const char* section, std:
   if (!drawn && d.init != init_kind::ones && d.structure != structure_kind::none)
     return error{at + ": structure applies to uniform, normal, randint and ones, not " +
                  std::string(to_string(d.init))};
-  if (!std::isfinite(d.scale) || d.scale == 0.0 || !std::isfinite(d.shift))
-    return error{at + ": scale must be finite and nonzero, shift finite"};
+  // In float32, as the draws apply them: 1e39 would make every value inf, 1e-50 every one zero.
+  if (!std::isfinite(float(d.scale)) || float(d.scale) == 0.0f || !std::isfinite(float(d.shift)))
+    return error{at + ": scale must be finite and nonzero in float32, shift finite"};
   if (d.structure != structure_kind::none &&
       (d.shape.size() < 2 || d.shape[d.shape.size() - 1] != d.shape[d.shape.size() - 2]))
     return error{at + ": structure " + std::string(to_string(d.structure)) +

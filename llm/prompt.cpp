@@ -15,8 +15,8 @@ std::string init_text(const tensor_decl& d) {
   if (d.plain_draw()) return draw_text(d);
   std::ostringstream s;
   s << draw_text(d);
-  if (d.scale != 1.0) s << ", times " << d.scale;
-  if (d.shift != 0.0) s << ", plus " << d.shift;
+  if (d.scale != 1.0) s << ", times " << to_string(attr_value(d.scale));
+  if (d.shift != 0.0) s << ", plus " << to_string(attr_value(d.shift));
   if (d.random_scale) s << ", times one scalar uniform in [0, 1)";
   if (d.structure == structure_kind::triu) s << ", upper triangle kept (triu)";
   if (d.structure == structure_kind::tril) s << ", lower triangle kept (tril)";

@@ -206,17 +206,19 @@ def _number(v):
 
 
 def _is_transpose_of(rec, y, x):
-    """y is x.T / x.t() / x.transpose(-2, -1) / x.mT of a matrix x, unmodified."""
+    """y is x.T / x.t() / x.transpose(-2, -1) / x.mT of square matrices x, unmodified: told by
+    its geometry (a view of x with the last two strides swapped), not by the function's name
+    (every property reaches the recorder as __get__; x.data is one too)."""
     how = rec.derived.get(id(y))
     if how is None or how[2] != y._version or how[0] not in _TRANSPOSE:
         return False
     args = [a for a in how[1] if isinstance(a, torch.Tensor)]
-    if not args or args[0] is not x or x.dim() != 2 and how[0] in ("__get__", "t"):
+    if not args or args[0] is not x or x.dim() < 2 or x.shape[-1] != x.shape[-2] or \
+            x.shape[-1] < 2 or y.shape != x.shape:
         return False
-    if how[0] == "transpose":
-        dims = [a for a in list(how[1][1:]) + list(how[3].values()) if isinstance(a, int)]
-        return sorted(d % x.dim() for d in dims) == [x.dim() - 2, x.dim() - 1]
-    return True
+    xs, ys = x.stride(), y.stride()
+    return (ys[:-2] == xs[:-2] and ys[-1] == xs[-2] and ys[-2] == xs[-1] and xs[-1] != xs[-2]
+            and y.storage_offset() == x.storage_offset())
 
 
 def modified_init(t, rec, where, depth=0):
@@ -226,6 +228,7 @@ def modified_init(t, rec, where, depth=0):
     anything else is Blocked."""
     r = rec.lookup(t)
     if r is not None and r[0][0] == "factory":
+        _claim(rec, t, where)
         return factory_init(t, r, rec, where)
     how = rec.derived.get(id(t))
 
@@ -244,7 +247,7 @@ def modified_init(t, rec, where, depth=0):
     x = tensors[0]
     if name == "float" and len(args) == 1:
         return modified_init(x, rec, where, depth + 1)
-    if name in ("view", "reshape") and t.numel() == x.numel():
+    if name in ("view", "reshape") and t.numel() == x.numel() and t.dtype == x.dtype:
         d = modified_init(x, rec, where, depth + 1)
         if d.get("structure", "none") != "none" and (
                 t.dim() < 2 or list(t.shape[-2:]) != list(x.shape[-2:])):
@@ -268,7 +271,9 @@ def modified_init(t, rec, where, depth=0):
         for s, other in ((tensors[1], tensors[0]), (tensors[0], tensors[1])):
             rs = rec.lookup(s)
             if (rs is not None and rs[0][0] == "factory" and rs[0][1] == "rand" and
-                    s._version == rs[1] and s.numel() == 1 and s.dim() <= other.dim()):
+                    s._version == rs[1] and s.numel() == 1 and s.dim() <= other.dim() and
+                    "dtype" not in rs[0][3]):
+                _claim(rec, s, where)
                 d = modified_init(other, rec, where, depth + 1)
                 if d.get("random_scale") or d.get("shift", 0.0) != 0.0:
                     blocked("a random scale after a shift or another random scale")
@@ -288,6 +293,18 @@ def modified_init(t, rec, where, depth=0):
         if name == "__rsub__" or name in _SUB and args[1] is x:
             return _then_affine(d, -1.0, c, blocked)
     blocked(f"{name}(...) is not a modifier Kiln draws")
+
+
+def _claim(rec, leaf, where):
+    """Each draw may make one input, once: Kiln draws every input (and each random scale) on its
+    own, so [x, x * 2], [A, (A + A.T) / 2] or s * s would be other problems."""
+    used = rec.__dict__.setdefault("claimed", {})
+    if id(leaf) in used:
+        raise Blocked("input", "inputs share a draw",
+                      f"{where} uses the draw {rec.expression(leaf) or 'of'} {used[id(leaf)]} "
+                      "uses too: Kiln draws each input on its own")
+    used[id(leaf)] = where
+    rec.keep.append(leaf)
 
 
 def _with(d, **kv):
@@ -324,6 +341,9 @@ def factory_init(t, r, rec, where):
     name, args, kwargs = how[1], how[2], how[3]
     if t._version != version:
         raise Blocked("input", "input modified in place after its draw", where)
+    if kwargs.get("dtype") not in (None, torch.float32, torch.int64):
+        raise Blocked("input", f"input drawn as {kwargs['dtype']}",
+                      f"{where}: Kiln draws in float32 (randint as integers in it)")
     if name in ("rand", "rand_like"):
         return {"init": "uniform"}
     if name in ("randn", "randn_like"):
@@ -334,8 +354,10 @@ def factory_init(t, r, rec, where):
         return {"init": "zeros"}
     if name == "randint":
         ints = [a for a in args if isinstance(a, int)]
-        lo, hi = (0, ints[0]) if len(ints) == 1 else (ints[0], ints[1])
+        lo, hi = (0, ints[0]) if len(ints) == 1 else (ints[:2] if len(ints) >= 2 else (0, None))
         lo, hi = kwargs.get("low", lo), kwargs.get("high", hi)
+        if not isinstance(lo, int) or not isinstance(hi, int) or lo >= hi:
+            raise Blocked("input", "randint bounds", f"{where}: low={lo!r}, high={hi!r}")
         return {"init": f"randint:{lo}:{hi}"}
     raise Blocked("input", f"input drawn by torch.{name}",
                   f"{where}: Kiln inits are uniform [0,1), normal, randint:LO:HI, ones, zeros")

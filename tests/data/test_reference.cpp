@@ -260,6 +260,10 @@ TEST_CASE("draw modifiers: scale and shift, one random scalar, triangles and sym
   bad = t;
   bad.inputs[3].scale = 0;
   CHECK_FALSE(check_task(bad));
+  bad.inputs[3].scale = 1e-50; // zero in float32
+  CHECK_FALSE(check_task(bad));
+  bad.inputs[3].scale = 1e39; // inf in float32
+  CHECK_FALSE(check_task(bad));
 }
 
 TEST_CASE("low-precision tasks round inputs and outputs to their dtype") {

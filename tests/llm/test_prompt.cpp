@@ -77,5 +77,5 @@ args = ["a", "t"]
   REQUIRE(check_task(*t));
   auto p = llm_task_prompt(*t, backend_kind::cpu, std::nullopt, std::nullopt);
   CHECK(p.find("- a: [8, 8], uniform in [0, 1), upper triangle kept (triu)") != std::string::npos);
-  CHECK(p.find("- t: [8, 8], integers in [0, 2), times 2, plus -1") != std::string::npos);
+  CHECK(p.find("- t: [8, 8], integers in [0, 2), times 2.0, plus -1.0") != std::string::npos);
 }

@@ -100,14 +100,14 @@ class MainRun(unittest.TestCase):
 
     def test_exit_status_progress_and_summary(self):
         self.assertEqual(self.proc.returncode, 0, self.proc.stderr[-2000:])
-        self.assertRegex(self.proc.stderr, r"\[ *1/31\] ")  # progress lines on stderr
+        self.assertRegex(self.proc.stderr, r"\[ *1/33\] ")  # progress lines on stderr
         s = self.report["summary"]
-        self.assertEqual(s["1"]["problems"], 14)
+        self.assertEqual(s["1"]["problems"], 16)
         self.assertEqual(s["2"]["problems"], 14)
         self.assertEqual((s["3"]["problems"], s["3"]["rejected"]), (2, 1))
         self.assertEqual((s["4"]["problems"], s["4"]["rejected"]), (1, 1))
         self.assertEqual((s["1"]["imported"], s["1"]["degenerate"], s["1"]["rejected"]),
-                         (6, 2, 6))
+                         (6, 2, 8))
         self.assertEqual((s["2"]["imported"], s["2"]["rejected"]), (6, 8))
         self.assertIn("level  problems  imported", self.proc.stdout)
 
@@ -284,6 +284,14 @@ class MainRun(unittest.TestCase):
         notes = self.p["hinge_batch_is_a_feature"]["notes"]
         self.assertTrue(any("at --scale-batch 0.25 its shapes disagree" in n for n in notes),
                         notes)
+
+    def test_shared_draws_and_lookalike_transposes_are_refused(self):
+        keys, bl = self.blockers("reject_shared_draw")
+        self.assertEqual(keys, {("input", "inputs share a draw")})
+        self.assertIn("input 0 ('A')", bl[0]["detail"])
+        keys, bl = self.blockers("reject_not_a_transpose")
+        self.assertEqual(keys, {("input", "input drawn by an expression")})
+        self.assertIn("__get__", bl[0]["detail"])
 
     def test_params_with_affine_inits(self):
         spec = self.spec("params_scaled_inits")
