@@ -18,7 +18,7 @@ struct tasks_validate_args {
   std::string device = "cpu";
   std::string json_out;
   int64_t memory_budget_mib = 16384;
-  int max_ops = 256; // longer tasks are refused (check_limits::max_ops)
+  int max_ops = 4096; // longer tasks are refused (check_limits::max_ops)
   int timing_runs = 3;
   double min_ms = 0, max_ms = 0;
   bool shapes_only = false; // parse and check only; no reference runs
@@ -80,7 +80,7 @@ struct eval_args {
   int compile_workers = 2;
   int parallel = 3; // tasks in flight (compiles overlap device work)
   int64_t max_tasks = 0;
-  int max_ops = 256;               // longer tasks are refused (check_limits::max_ops)
+  int max_ops = 4096;              // longer tasks are refused (check_limits::max_ops)
   std::string baselines;           // torch.compile baselines file (rollout/baselines.hpp)
   std::vector<std::string> remote; // pools of `kiln node`s (HOST:PORT), beside or instead of ours
   bool no_local = false;           // with remote: no pool in this process

@@ -22,7 +22,7 @@ struct run_config {
   std::vector<std::string> suites;
   int64_t max_tasks = 0;
   int64_t memory_budget_mib = 4096;
-  int max_ops = 256;
+  int max_ops = 4096;
   int threads = 0;
   int timing_runs = 3;
   int degeneracy_seeds = 3;

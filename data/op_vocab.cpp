@@ -1,6 +1,7 @@
 #include "data/op_vocab.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 namespace kiln {
@@ -73,7 +74,8 @@ std::vector<op_info> make_ops() {
                    {{"kernel_size", K::int_or_ints, true},
                     {"stride", K::int_or_ints},
                     {"padding", K::int_or_ints},
-                    {"dilation", K::int_or_ints}}});
+                    {"dilation", K::int_or_ints},
+                    {"ceil_mode", K::boolean}}});
     ops.push_back({avgp_names[d - 1],
                    op_family::avg_pool,
                    1,
@@ -153,6 +155,7 @@ std::vector<op_info> make_ops() {
                   {"end", K::integer},
                   {"step", K::integer}}});
   ops.push_back({"flip", op_family::flip, 1, 1, 0, {{"dims", K::int_or_ints, true}}});
+  ops.push_back({"pad", op_family::pad, 1, 1, 0, {{"pad", K::ints, true}, {"value", K::real}}});
   return ops;
 }
 
@@ -295,6 +298,15 @@ expected<shape_t> conv_like(const op_info& op, const std::vector<shape_t>& args,
   return out;
 }
 
+int64_t pool_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation,
+                      bool ceil_mode) {
+  int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
+  int64_t o = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  // PyTorch's rule: the last window must start inside the input or its left padding.
+  if (ceil_mode && (o - 1) * stride >= in + pad) --o;
+  return o;
+}
+
 expected<shape_t> pool_like(const op_info& op, const shape_t& x, const attr_map& attrs) {
   std::size_t d = op.spatial;
   if (x.size() != d + 1 && x.size() != d + 2)
@@ -315,6 +327,7 @@ expected<shape_t> pool_like(const op_info& op, const shape_t& x, const attr_map&
   auto stride = has_attr(attrs, "stride") ? attr_ints(attrs, "stride", d, 1) : k;
   auto padding = attr_ints(attrs, "padding", d, 0);
   auto dilation = attr_ints(attrs, "dilation", d, 1);
+  bool ceil_mode = attr_bool(attrs, "ceil_mode", false);
   if (k.size() != d || stride.size() != d || padding.size() != d || dilation.size() != d)
     return fail("attrs: kernel_size / stride / padding need " + std::to_string(d) + " entries");
   for (std::size_t i = 0; i < d; ++i) {
@@ -324,10 +337,9 @@ expected<shape_t> pool_like(const op_info& op, const shape_t& x, const attr_map&
     if (padding[i] < 0 || padding[i] * 2 > k[i])
       return fail("attrs.padding: must be between 0 and half the kernel size");
     int64_t in = x[lead + i];
-    int64_t o = (in + 2 * padding[i] - dilation[i] * (k[i] - 1) - 1) / stride[i] + 1;
-    if (in + 2 * padding[i] < dilation[i] * (k[i] - 1) + 1 || o < 1)
+    if (in + 2 * padding[i] < dilation[i] * (k[i] - 1) + 1)
       return fail("shape: " + std::string(op.name) + " window larger than input " + to_string(x));
-    out.push_back(o);
+    out.push_back(pool_out_size(in, k[i], stride[i], padding[i], dilation[i], ceil_mode));
   }
   return out;
 }
@@ -658,6 +670,13 @@ expected<shape_t> infer_shape(const op_info& op, const std::vector<shape_t>& arg
     }
     return x;
   }
+  case op_family::pad: {
+    auto w = pad_widths_of(attrs, x);
+    if (!w) return w.err();
+    shape_t out = x;
+    for (std::size_t d = 0; d < rank; ++d) out[d] += w->before[d] + w->after[d];
+    return out;
+  }
   case op_family::slice: {
     auto w = slice_window_of(attrs, x);
     if (!w) return w.err();
@@ -668,6 +687,27 @@ expected<shape_t> infer_shape(const op_info& op, const std::vector<shape_t>& arg
   }
   }
   return fail("internal: unhandled op family");
+}
+
+expected<pad_widths> pad_widths_of(const attr_map& attrs, const shape_t& x) {
+  const auto it = attrs.find("pad");
+  const auto* list = it == attrs.end() ? nullptr : std::get_if<std::vector<int64_t>>(&it->second);
+  if (!list) return fail("attrs.pad: required (a list of integers)");
+  const auto& p = *list;
+  if (p.empty() || p.size() % 2 != 0 || p.size() > 2 * x.size())
+    return fail("attrs.pad: needs an even number of widths, at most two per dim of " +
+                to_string(x) + ", got " + std::to_string(p.size()));
+  const double value = attr_real(attrs, "value", 0.0);
+  if (!std::isfinite(value)) return fail("attrs.value: must be finite");
+  pad_widths w{std::vector<int64_t>(x.size(), 0), std::vector<int64_t>(x.size(), 0)};
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] < 0 || p[i] > (int64_t{1} << 31))
+      return fail("attrs.pad[" + std::to_string(i) + "]: widths must be in [0, 2^31] (crop with " +
+                  "slice), got " + std::to_string(p[i]));
+    const std::size_t d = x.size() - 1 - i / 2;
+    (i % 2 == 0 ? w.before : w.after)[d] = p[i];
+  }
+  return w;
 }
 
 expected<slice_window> slice_window_of(const attr_map& attrs, const shape_t& x) {

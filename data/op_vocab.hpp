@@ -39,6 +39,7 @@ enum class op_family {
   cat,   // torch.cat of 2+ tensors along attrs.dim
   slice, // x[..., start:end:step, ...] on one dim (constant bounds)
   flip,  // torch.flip over attrs.dims
+  pad,   // F.pad(x, attrs.pad, value = attrs.value), constant mode, non-negative widths
 };
 
 enum class attr_kind { integer, real, boolean, string, ints, int_or_ints };
@@ -90,8 +91,15 @@ struct slice_window {
 };
 expected<slice_window> slice_window_of(const attr_map& attrs, const shape_t& x);
 
+// The widths a pad op adds before and after each dim of x (F.pad's list runs from the last dim
+// backwards in (before, after) pairs; dims it does not reach get 0).
+struct pad_widths {
+  std::vector<int64_t> before, after; // one per dim of x
+};
+expected<pad_widths> pad_widths_of(const attr_map& attrs, const shape_t& x);
+
 // The layout ops that keep every element in order (a view: reshape, flatten, dropout p = 0);
-// permute, transpose, cat, slice and flip move elements and are copies.
+// permute, transpose, cat, slice, flip and pad move elements and are copies.
 bool is_view_layout(op_family f);
 
 } // namespace kiln

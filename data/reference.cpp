@@ -178,9 +178,10 @@ at::Tensor apply(const op_info& info, const op_node& op, const std::vector<at::T
     auto stride = has_attr(at_, "stride") ? attr_ints(at_, "stride", sd, 1) : k;
     auto padding = attr_ints(at_, "padding", sd, 0);
     auto dilation = attr_ints(at_, "dilation", sd, 1);
-    if (sd == 1) return at::max_pool1d(x, k, stride, padding, dilation, false);
-    if (sd == 2) return at::max_pool2d(x, k, stride, padding, dilation, false);
-    return at::max_pool3d(x, k, stride, padding, dilation, false);
+    bool ceil_mode = attr_bool(at_, "ceil_mode", false);
+    if (sd == 1) return at::max_pool1d(x, k, stride, padding, dilation, ceil_mode);
+    if (sd == 2) return at::max_pool2d(x, k, stride, padding, dilation, ceil_mode);
+    return at::max_pool3d(x, k, stride, padding, dilation, ceil_mode);
   }
   case op_family::avg_pool: {
     auto k = attr_ints(at_, "kernel_size", sd, 1);
@@ -258,6 +259,9 @@ at::Tensor apply(const op_info& info, const op_node& op, const std::vector<at::T
   case op_family::dropout: return x;
   case op_family::cat: return at::cat(a, attr_int(at_, "dim", 0));
   case op_family::flip: return at::flip(x, attr_dims(at_, "dims"));
+  case op_family::pad:
+    return at::constant_pad_nd(x, std::get<std::vector<int64_t>>(at_.at("pad")),
+                               attr_real(at_, "value", 0.0));
   case op_family::slice: {
     // LibTorch's own clamping of start / end: a cross-check of slice_window_of, not a copy of it.
     c10::optional<int64_t> start, end;

@@ -13,7 +13,7 @@ struct check_limits {
   // Upper bound on the peak bytes of a task's live tensors (peak_bytes).
   int64_t memory_budget_bytes = int64_t{16} << 30;
   int64_t max_dim = int64_t{1} << 31;
-  int max_ops = 256;
+  int max_ops = 4096;
 };
 
 // Per op: the index of the last op that reads its result; ops.size() for task outputs (alive to

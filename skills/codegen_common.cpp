@@ -296,7 +296,8 @@ string elementwise_formula(const op_node& op, const codegen_dialect& d) {
 strided_read strided_read_of(const op_node& op, op_family family, const shape_t& x) {
   std::vector<int64_t> in_stride(x.size(), 1);
   for (std::size_t d = x.size(); d-- > 1;) in_stride[d - 1] = in_stride[d] * x[d];
-  strided_read r{0, in_stride};
+  strided_read r;
+  r.stride = in_stride;
   if (family == op_family::permute) {
     auto perm = attr_dims(op.attrs, "dims");
     for (std::size_t d = 0; d < perm.size() && d < r.stride.size(); ++d) {
@@ -317,6 +318,13 @@ strided_read strided_read_of(const op_node& op, op_family family, const shape_t&
     if (auto w = slice_window_of(op.attrs, x)) {
       r.base = w->start * in_stride[w->dim];
       r.stride[w->dim] *= w->step;
+    }
+  } else if (family == op_family::pad) {
+    if (auto w = pad_widths_of(op.attrs, x)) {
+      for (std::size_t d = 0; d < x.size(); ++d) r.base -= w->before[d] * in_stride[d];
+      r.lo = w->before;
+      r.extent = x;
+      r.fill = attr_real(op.attrs, "value", 0.0);
     }
   }
   return r;

@@ -57,11 +57,14 @@ struct reduce_layout {
 };
 reduce_layout reduce_layout_of(const shape_t& x, const op_node& op, op_family family);
 
-// permute / transpose / slice / flip as a strided read of a contiguous input x: output element
-// (c_0, ..., c_r) reads x[base + sum c_d * stride[d]] (a flipped dim's stride is negative).
+// permute / transpose / slice / flip / pad as a strided read of a contiguous input x: output
+// element (c_0, ..., c_r) reads x[base + sum c_d * stride[d]] (a flipped dim's stride is negative).
+// pad: only where lo[d] <= c_d < lo[d] + extent[d] on every dim; elsewhere the element is `fill`.
 struct strided_read {
   int64_t base = 0;
-  std::vector<int64_t> stride; // one per output dim
+  std::vector<int64_t> stride;     // one per output dim
+  std::vector<int64_t> lo, extent; // empty: every element reads x
+  double fill = 0;
 };
 strided_read strided_read_of(const op_node& op, op_family family, const shape_t& x);
 

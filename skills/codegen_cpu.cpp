@@ -743,6 +743,34 @@ void emit_cat(gen& g, const op_node& op, const string& dst, int64_t grain) {
   }
 }
 
+// pad: an output row (last dim) outside the input on a leading dim is all fill; otherwise fill,
+// the input's row, fill.
+void emit_padded_copy(gen& g, const op_node& op, const strided_read& read, const string& src,
+                      const string& dst, int64_t grain) {
+  auto& o = g.o;
+  const std::size_t r = op.shape.size();
+  const int64_t last = op.shape[r - 1], rows = numel(op.shape) / last;
+  const int64_t lo = read.lo[r - 1], len = read.extent[r - 1];
+  o << "  pfor(host, " << lit(rows) << ", " << std::max<int64_t>(1, grain / last)
+    << ", [&](int64_t rb, int64_t re) {\n"
+    << "   for (int64_t row = rb; row < re; ++row) {\n"
+    << "    float* out = " << dst << " + row * " << lit(last) << ";\n"
+    << "    int64_t off = " << lit(read.base + lo * read.stride[r - 1]) << ", rest = row, c;\n"
+    << "    bool inside = true;\n";
+  for (std::size_t d = r - 1; d-- > 0;)
+    o << "    c = rest % " << lit(op.shape[d]) << "; rest /= " << lit(op.shape[d])
+      << "; off += c * " << lit(read.stride[d]) << "; inside = inside && c >= " << lit(read.lo[d])
+      << " && c < " << lit(read.lo[d] + read.extent[d]) << ";\n";
+  o << "    if (!inside) { std::fill(out, out + " << lit(last) << ", " << flit(read.fill)
+    << "); continue; }\n"
+    << "    std::fill(out, out + " << lit(lo) << ", " << flit(read.fill) << ");\n"
+    << "    std::memcpy(out + " << lit(lo) << ", " << src << " + off, " << lit(len)
+    << " * sizeof(float));\n"
+    << "    std::fill(out + " << lit(lo + len) << ", out + " << lit(last) << ", " << flit(read.fill)
+    << ");\n"
+    << "   }\n  });\n";
+}
+
 void emit_layout(gen& g, const group& grp, const op_node& op, const op_info& info,
                  const string& dst, int64_t op_index) {
   auto& o = g.o;
@@ -761,6 +789,7 @@ void emit_layout(gen& g, const group& grp, const op_node& op, const op_info& inf
   }
   if (info.family == op_family::cat) return emit_cat(g, op, dst, grain);
   const auto read = strided_read_of(op, info.family, x);
+  if (!read.lo.empty()) return emit_padded_copy(g, op, read, src, dst, grain);
   const auto& src_stride = read.stride;
   const int64_t base = read.base;
   std::size_t r = op.shape.size();

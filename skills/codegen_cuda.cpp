@@ -581,20 +581,26 @@ void emit_layout(gen& g, const group& grp, const string& pfx, const op_node& op,
   const auto read = strided_read_of(op, info.family, x);
   const auto& src_stride = read.stride;
   const int64_t base = read.base;
-  string off = base ? lit(base) : "";
+  string off = base ? lit(base) : "", inside;
   for (std::size_t d = 0; d < op.shape.size(); ++d) {
-    if (op.shape[d] == 1) continue;
+    if (op.shape[d] == 1 && read.lo.empty()) continue;
     string t = "(q / " + lit(out_stride[d]) + ")";
     if (d > 0) t = "(" + t + " % " + lit(op.shape[d]) + ")";
     off += (off.empty() ? "" : " + ") + t + " * " + lit(src_stride[d]);
+    if (!read.lo.empty() && read.extent[d] != op.shape[d]) // pad: this dim has a border
+      inside += (inside.empty() ? "" : " && ") + string("(unsigned long long)(") + t + " - " +
+                lit(read.lo[d]) + ") < " + lit(read.extent[d]) + "ull";
   }
   if (off.empty()) off = "0";
-  emit_driver(g, kb, dst, n, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256),
-              [&](int64_t v) {
-                return "#pragma unroll\n      for (int l = 0; l < " + std::to_string(v) +
-                       "; ++l) {\n        const I q = i + l;\n        r[l] = " + src + "[" + off +
-                       "];\n      }\n";
-              });
+  // pad: a border element's offset points outside x, so it is read only inside
+  const string read_x = src + "[" + off + "]";
+  const string value =
+      inside.empty() ? read_x : "(" + inside + ") ? " + read_x + " : " + flit(read.fill);
+  emit_driver(
+      g, kb, dst, n, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256), [&](int64_t v) {
+        return "#pragma unroll\n      for (int l = 0; l < " + std::to_string(v) +
+               "; ++l) {\n        const I q = i + l;\n        r[l] = " + value + ";\n      }\n";
+      });
 }
 
 const char* kPrelude =

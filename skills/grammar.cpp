@@ -57,7 +57,8 @@ std::vector<kernel_template> anchor_templates(op_family f) {
   case op_family::dropout:
   case op_family::cat:
   case op_family::slice:
-  case op_family::flip: return {kernel_template::layout};
+  case op_family::flip:
+  case op_family::pad: return {kernel_template::layout};
   }
   return {};
 }

@@ -7,7 +7,8 @@
 # Steps: build (kiln only) | build_tests (kiln + gpu tests) | codegen_tests | gpu_tests |
 #        executor_tests |
 #        bench_learner |
-#        validate | baselines | baselines_only | eval | run | bench_pool | sources
+#        validate | baselines | baselines_only | eval | eval_dirs | run | bench_pool | sources |
+#        import_tests
 # KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_RUN_CONFIG is the run step's
 # config (default configs/cuda.toml); KILN_BASELINES names a baselines file
 # for eval and run (default: the one the baselines step wrote).
@@ -84,6 +85,11 @@ step_eval() {
   "$bin" eval --backend cuda --policy expert $(printf -- '--suite %s ' "${gpu_suites[@]}") \
     --parallel 3 --compile-workers 12 "${b[@]}" --json "$out/eval_cuda_expert_h200.json"
 }
+# The expert on cuda over the task folders in KILN_EVAL_SUITES (e.g. imported KernelBench tasks).
+step_eval_dirs() {
+  "$bin" eval --backend cuda --policy expert $(printf -- '--suite %s ' ${KILN_EVAL_SUITES:?}) \
+    --parallel 3 --compile-workers 12 --json "$out/eval_cuda_expert_dirs.json"
+}
 step_run() {
   local b=()
   [ -s "$out/baselines_h200.json" ] && baselines="$out/baselines_h200.json"
@@ -96,6 +102,12 @@ step_sources() {
   "$bin" eval --backend cuda --policy sources:docs/examples/sources/cuda --policy expert \
     --suite data/suites/level1/gpu/relu.toml --baselines "$PWD/docs/results/baselines_h200.json" \
     --json "$out/eval_sources_cuda.json"
+}
+# The KernelBench importer's tests with this machine's PyTorch (the GPU machine's is newer than
+# Debian's: torch.fx and nn.Module internals move between versions).
+step_import_tests() {
+  python3 -c 'import torch; print("torch", torch.__version__)' &&
+    KILN="$PWD/$bin" python3 tests/tools/test_kernelbench_import.py -v
 }
 step_bench_pool() {
   "$bin" bench pool --backend cuda --suite data/suites/level1/gpu --compile-workers 12 --json \

@@ -7,6 +7,7 @@ has (x * scale + shift, times one rand(()) scalar, triu / tril / symmetric), a t
 causal mask, or Blocked with the reason. Used by tools/kernelbench_import.py.
 """
 import math
+import sys
 
 import torch
 import torch.nn as nn
@@ -93,11 +94,19 @@ class Recorder:
                 self.saved.append((torch, n, orig))
                 setattr(torch, n, self._factory(n, orig))
         if self.inits:
+            # torch's own modules bind some by name (activation.py: `from torch.nn.init import
+            # xavier_uniform_` for nn.MultiheadAttention): patch those bindings too
+            homes = [nn.init] + [mod for name, mod in list(sys.modules.items())
+                                 if name.startswith("torch.nn.modules.") and mod is not None]
             for n in self.INITS:
                 orig = getattr(nn.init, n, None)
-                if orig is not None:
-                    self.saved.append((nn.init, n, orig))
-                    setattr(nn.init, n, self._init(n, orig))
+                if orig is None:
+                    continue
+                wrapped = self._init(n, orig)
+                for home in homes:
+                    if getattr(home, n, None) is orig:
+                        self.saved.append((home, n, orig))
+                        setattr(home, n, wrapped)
             # nn.Parameter(data) is a new tensor object sharing data's storage and version
             # counter: it inherits data's record (meta tensors are recorded by identity)
             orig_new = nn.Parameter.__dict__["__new__"]

@@ -188,7 +188,8 @@ for _d in (1, 2, 3):
     _op(f"conv_transpose{_d}d", "conv_transpose", 2, 3,
         _CONV + [("output_padding", "int_or_ints")], _d)
     _POOL = [("kernel_size", "int_or_ints"), ("stride", "int_or_ints"), ("padding", "int_or_ints")]
-    _op(f"max_pool{_d}d", "max_pool", 1, 1, _POOL + [("dilation", "int_or_ints")], _d,
+    _op(f"max_pool{_d}d", "max_pool", 1, 1,
+        _POOL + [("dilation", "int_or_ints"), ("ceil_mode", "boolean")], _d,
         ["kernel_size"])
     _op(f"avg_pool{_d}d", "avg_pool", 1, 1, _POOL, _d, ["kernel_size"])
     _op(f"adaptive_avg_pool{_d}d", "adaptive_avg_pool", 1, 1, [("output_size", "int_or_ints")], _d,
@@ -217,6 +218,7 @@ _op("flatten", "flatten", 1, 1, [("start_dim", "integer"), ("end_dim", "integer"
 _op("dropout", "dropout", 1, 1, [("p", "real")])
 _op("cat", "cat", 2, 64, [("dim", "integer")])
 _op("flip", "flip", 1, 1, [("dims", "int_or_ints")], 0, ["dims"])
+_op("pad", "pad", 1, 1, [("pad", "ints"), ("value", "real")], 0, ["pad"])
 _op("slice", "slice", 1, 1, [("dim", "integer"), ("start", "integer"), ("end", "integer"),
                              ("step", "integer")], 0, ["dim"])
 
@@ -326,7 +328,7 @@ def gen_op(op, a, at, sd):
         common = f"kernel_size={k}, stride={stride}, padding={at.ints('padding', sd, 0)}"
         if family == "max_pool":
             return (f"F.max_pool{sd}d({x}, {common}, dilation={at.ints('dilation', sd, 1)}, "
-                    "ceil_mode=False)")
+                    f"ceil_mode={at.bool('ceil_mode', False)})")
         return f"F.avg_pool{sd}d({x}, {common}, ceil_mode=False, count_include_pad=True)"
     if family == "adaptive_avg_pool":
         return f"F.adaptive_avg_pool{sd}d({x}, {at.ints('output_size', sd, 1)})"
@@ -381,6 +383,8 @@ def gen_op(op, a, at, sd):
         return f"torch.cat([{', '.join(a)}], dim={at.int('dim', 0)})"
     if family == "flip":
         return f"torch.flip({x}, {at.dims('dims')})"
+    if family == "pad":
+        return f"F.pad({x}, {list(at.a['pad'])}, value={at.real('value', 0.0)})"
     if family == "slice":  # Python's slice clamping is the op's (op_vocab.cpp slice_window_of)
         step = at.int("step", 1)
         if step < 1:

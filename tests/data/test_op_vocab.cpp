@@ -1,6 +1,7 @@
 #include "data/op_vocab.hpp"
 
 #include <doctest/doctest.h>
+#include <limits>
 
 using namespace kiln;
 
@@ -94,7 +95,8 @@ TEST_CASE("the vocabulary holds every v1 op") {
                     "dropout",
                     "cat",
                     "slice",
-                    "flip"})
+                    "flip",
+                    "pad"})
     CHECK_MESSAGE(find_op(name) != nullptr, name);
   CHECK(find_op("conv4d") == nullptr);
 }
@@ -167,6 +169,40 @@ TEST_CASE("pooling") {
                     {{"kernel_size", int64_t{2}}, {"padding", int64_t{2}}})
             .find("attrs.padding") != std::string::npos);
   CHECK(infer_error("max_pool2d", {{1, 3, 8, 8}}).find("attrs.kernel_size") != std::string::npos);
+}
+
+// PyTorch's rule: ceil_mode adds a partial last window, unless it would start in the right padding.
+TEST_CASE("max pools with ceil_mode") {
+  auto pool = [](shape_t x, int64_t k, int64_t s, int64_t p) {
+    return infer("max_pool1d", {std::move(x)},
+                 {{"kernel_size", k}, {"stride", s}, {"padding", p}, {"ceil_mode", true}});
+  };
+  CHECK(pool({1, 2, 11}, 2, 2, 0) == shape_t{1, 2, 6}); // floor: 5
+  CHECK(pool({1, 2, 10}, 2, 2, 0) == shape_t{1, 2, 5}); // no partial window
+  CHECK(pool({1, 2, 17}, 4, 3, 0) == shape_t{1, 2, 6});
+  CHECK(pool({1, 2, 17}, 2, 2, 1) == shape_t{1, 2, 9}); // a 10th window would start in the padding
+  CHECK(infer("max_pool2d", {{1, 3, 11, 13}}, {{"kernel_size", int64_t{2}}, {"ceil_mode", true}}) ==
+        shape_t{1, 3, 6, 7});
+  CHECK(infer("max_pool2d", {{1, 3, 11, 13}},
+              {{"kernel_size", int64_t{2}}, {"ceil_mode", false}}) == shape_t{1, 3, 5, 6});
+}
+
+TEST_CASE("constant pad: F.pad's order, last dim first") {
+  using V = std::vector<int64_t>;
+  CHECK(infer("pad", {{2, 3, 4}}, {{"pad", V{1, 2}}}) == shape_t{2, 3, 7});
+  CHECK(infer("pad", {{2, 3, 4}}, {{"pad", V{1, 2, 0, 3}}, {"value", -0.5}}) == shape_t{2, 6, 7});
+  CHECK(infer("pad", {{2, 3, 4}}, {{"pad", V{0, 0, 0, 0, 1, 0}}}) == shape_t{3, 3, 4});
+  auto w = pad_widths_of({{"pad", V{1, 2, 0, 3}}}, {2, 3, 4});
+  REQUIRE(w.has_value());
+  CHECK((w->before == V{0, 0, 1} && w->after == V{0, 3, 2}));
+  auto err = [](attr_map a) { return infer_error("pad", {{2, 3, 4}}, std::move(a)); };
+  CHECK(err({}).find("attrs.pad: required") != std::string::npos);
+  CHECK(err({{"pad", V{1}}}).find("even number of widths") != std::string::npos);
+  CHECK(err({{"pad", V{0, 0, 0, 0, 0, 0, 1, 1}}}).find("at most two per dim") != std::string::npos);
+  CHECK(err({{"pad", V{1, -1}}}).find("attrs.pad[1]") != std::string::npos); // crop: slice
+  CHECK(err({{"pad", V{int64_t{1} << 40, 0}}}).find("attrs.pad[0]") != std::string::npos);
+  CHECK(err({{"pad", V{1, 1}}, {"value", std::numeric_limits<double>::infinity()}})
+            .find("attrs.value: must be finite") != std::string::npos);
 }
 
 TEST_CASE("norms check their parameter shapes") {

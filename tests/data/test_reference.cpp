@@ -168,6 +168,14 @@ TEST_CASE("reductions, softmax, cumsum and layout") {
   near(run("slice", {x}, {{"dim", int64_t{0}}, {"start", int64_t{1}}, {"end", int64_t{99}}}),
        {5, 6, 7, 8, 9});
   near(run("flip", {x}, {{"dims", int64_t{1}}}), {4, 3, 2, 1, 0, 9, 8, 7, 6, 5});
+  auto y = vec({1, 2, 3, 4}, {2, 2});
+  near(run("pad", {y}, {{"pad", std::vector<int64_t>{1, 0}}, {"value", -0.5}}),
+       {-0.5, 1, 2, -0.5, 3, 4});
+  near(run("pad", {y}, {{"pad", std::vector<int64_t>{0, 0, 0, 1}}}), {1, 2, 3, 4, 0, 0});
+  // ceil_mode: a partial last window holds the max of its elements in range
+  near(run("max_pool1d", {vec({1, 3, 2, 4, 9}, {1, 1, 5})},
+           {{"kernel_size", int64_t{2}}, {"ceil_mode", true}}),
+       {3, 4, 9});
 }
 
 TEST_CASE("params follow torch.nn init, inputs are deterministic per seed") {

@@ -207,6 +207,59 @@ TEST_CASE("expert programs of the gpu suite verify through the executor") {
   CHECK(tried >= 12);
 }
 
+// Ops the KernelBench importer maps (constant pad with a fill, max pools whose ceil_mode adds a
+// partial window) computed by the cuda generator and compared with the reference on the device.
+TEST_CASE("pad and ceil_mode pools verify through the executor") {
+  auto t = task_from_toml(R"(
+name = "pad_ceil_pool"
+level = 2
+dtype = "float32"
+outputs = ["g", "q", "r"]
+[[inputs]]
+name = "x"
+shape = [4, 3, 10, 12]
+init = "normal"
+[[ops]]
+out = "p"
+op = "pad"
+args = ["x"]
+attrs = { pad = [1, 1, 2, 0], value = -0.5 }
+[[ops]]
+out = "g"
+op = "max_pool2d"
+args = ["p"]
+attrs = { kernel_size = 3, stride = 2, ceil_mode = true }
+[[ops]]
+out = "f"
+op = "flatten"
+args = ["g"]
+attrs = { start_dim = 2 }
+[[ops]]
+out = "q"
+op = "max_pool1d"
+args = ["f"]
+attrs = { kernel_size = 4, stride = 3, padding = 1, ceil_mode = true }
+[[ops]]
+out = "r"
+op = "pad"
+args = ["q"]
+attrs = { pad = [0, 3, 0, 0, 1, 0] }
+)",
+                          "inline.toml");
+  REQUIRE_MESSAGE(t, t.message());
+  REQUIRE(check_task(*t));
+  auto gen = generate_cuda(*t, expert_program(*t, backend_kind::cuda));
+  REQUIRE_MESSAGE(gen, gen.message());
+  cuda_compile_options co;
+  co.cache_dir = cache_dir();
+  co.arch = the_arch();
+  auto a = compile_cuda(*gen, co);
+  REQUIRE_MESSAGE(a, a.message());
+  executor_client client(options());
+  auto o = client.run(make(*t, job_kind::verify, artifact_ref{"cuda", a->cubin_path, a->key, 0}));
+  CHECK_MESSAGE(o.kind == outcome_kind::correct, o.message);
+}
+
 namespace {
 
 // Free-form cuda source for the_task(): `relu` computes the task; `spin` keeps one thread busy for

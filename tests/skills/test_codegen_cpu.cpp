@@ -531,7 +531,7 @@ attrs = { stride = [2, 1, 2], padding = [0, 1, 1] }
 
 const char* kPool = R"(
 name = "pool_shapes"
-outputs = ["p0", "p1", "p2", "p3", "p4", "p5", "p6"]
+outputs = ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9"]
 [[inputs]]
 name = "x"
 shape = [2, 3, 11, 13]
@@ -579,6 +579,21 @@ out = "p6"
 op = "max_pool3d"
 args = ["x3"]
 attrs = { kernel_size = [2, 3, 2], stride = [1, 2, 3] }
+[[ops]]
+out = "p7"
+op = "max_pool2d"
+args = ["x"]
+attrs = { kernel_size = 2, ceil_mode = true }
+[[ops]]
+out = "p8"
+op = "max_pool1d"
+args = ["v"]
+attrs = { kernel_size = 4, stride = 3, ceil_mode = true }
+[[ops]]
+out = "p9"
+op = "max_pool3d"
+args = ["x3"]
+attrs = { kernel_size = 2, padding = 1, ceil_mode = true }
 )";
 
 const char* kNorm = R"(
@@ -756,11 +771,11 @@ op = "relu"
 args = ["l5"]
 )";
 
-// cat, slice and flip: copies, never views (a slice that no output holds still gets its own
+// cat, slice, flip and pad: copies, never views (a slice that no output holds still gets its own
 // buffer).
 const char* kCatSlice = R"(
 name = "cat_slice_shapes"
-outputs = ["c0", "c1", "s1", "s3", "c2", "f0", "f1"]
+outputs = ["c0", "c1", "s1", "s3", "c2", "f0", "f1", "g0", "g1", "g2"]
 [[inputs]]
 name = "x"
 shape = [3, 5, 7]
@@ -814,6 +829,21 @@ out = "f1"
 op = "flip"
 args = ["s1"]
 attrs = { dims = 1 }
+[[ops]]
+out = "g0"
+op = "pad"
+args = ["x"]
+attrs = { pad = [1, 2, 0, 1], value = -0.5 }
+[[ops]]
+out = "g1"
+op = "pad"
+args = ["s1"]
+attrs = { pad = [0, 0, 0, 0, 2, 1] }
+[[ops]]
+out = "g2"
+op = "pad"
+args = ["f1"]
+attrs = { pad = [3, 0] }
 )";
 
 const char* kFused = R"(

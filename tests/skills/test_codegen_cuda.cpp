@@ -339,7 +339,7 @@ TEST_CASE("plans: cat reads every input, a slice is a copy of its window") {
   task t = make_task(R"(
 name = "cat_slice"
 dtype = "float32"
-outputs = ["c", "r", "f"]
+outputs = ["c", "r", "f", "g"]
 [[inputs]]
 name = "x"
 shape = [6, 10]
@@ -365,11 +365,17 @@ out = "f"
 op = "flip"
 args = ["x"]
 attrs = { dims = [0, 1] }
+[[ops]]
+out = "g"
+op = "pad"
+args = ["x"]
+attrs = { pad = [1, 2, 0, 1], value = -0.5 }
 )");
   auto cp = generate_cuda(t, expert_program(t, backend_kind::cuda));
   REQUIRE_MESSAGE(cp.has_value(), (cp ? "" : cp.message()));
   CHECK(check_plan(cp->plan).has_value());
-  CHECK(cp->plan.output_bytes == std::vector<int64_t>{6 * 23 * 4, 6 * 4 * 4, 6 * 10 * 4});
+  CHECK(cp->plan.output_bytes ==
+        std::vector<int64_t>{6 * 23 * 4, 6 * 4 * 4, 6 * 10 * 4, 7 * 13 * 4});
   auto art = compile_nvrtc(cp->source);
   REQUIRE_MESSAGE(art.has_value(), (art ? "" : art.message()));
   CHECK(missing_entry(*cp, art->ptx).empty());
@@ -385,4 +391,5 @@ attrs = { dims = [0, 1] }
   CHECK(reads(relu, buffer_ref{buffer_kind::input, 0}) == 0);
   CHECK(cp->source.find("(c - 13)") != std::string::npos); // the third input starts at 13
   CHECK(cp->source.find("[59 + ") != std::string::npos);   // the flip starts at the last element
+  CHECK(cp->source.find("-0.5f") != std::string::npos);    // the pad's fill, outside its window
 }
