@@ -5,6 +5,8 @@
 #ifdef KILN_HAVE_TLS
 #include <caf/openssl/manager.hpp>
 #endif
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <thread>
 
@@ -17,7 +19,12 @@ int configure_actor_system(caf::actor_system_config& cfg, const actor_settings& 
   cfg.set("scheduler.policy",
           s.policy == "stealing" ? caf::atom("stealing") : caf::atom("sharing"));
   cfg.set("logger.console", caf::atom("none"));
-  if (s.middleman) cfg.load<caf::io::middleman>();
+  if (s.middleman) {
+    cfg.load<caf::io::middleman>();
+    using ms = std::chrono::milliseconds;
+    cfg.set("middleman.heartbeat-interval", caf::timespan{ms{std::max(0, s.peer_heartbeat_ms)}});
+    cfg.set("middleman.connection-timeout", caf::timespan{ms{std::max(0, s.peer_timeout_ms)}});
+  }
   return threads;
 }
 

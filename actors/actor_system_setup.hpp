@@ -14,10 +14,15 @@ struct actor_settings {
   int threads = 0;                // 0 = hardware cores
   std::string policy = "sharing"; // 'sharing' | 'stealing'
   bool middleman = false;         // load caf::io (kiln node, remote pools)
+  // With the middleman: every connection sends a heartbeat this often and is closed when nothing
+  // arrived from its peer for peer_timeout_ms (0: off, CAF's default). A peer behind a cut link
+  // then goes down (remote actors' down messages) within the timeout, not after TCP's minutes.
+  int peer_heartbeat_ms = 1000;
+  int peer_timeout_ms = 5000;
 };
 
-// Fills `cfg` with the settings (scheduler.max-threads, scheduler.policy); returns the threads
-// used.
+// Fills `cfg` with the settings (scheduler.max-threads, scheduler.policy, the middleman's
+// heartbeat-interval and connection-timeout); returns the threads used.
 int configure_actor_system(caf::actor_system_config& cfg, const actor_settings& s);
 
 // Mutual TLS for the middleman (caf_openssl): this side presents DIR/cert.pem with DIR/key.pem

@@ -61,7 +61,8 @@ int cmd_eval(const common_args& common, const eval_args& args) {
     warn_if_other_device(&*baselines, *cfg);
   }
   caf::actor_system_config sys_cfg;
-  configure_actor_system(sys_cfg, {common.threads, "sharing", !args.remote.empty()});
+  configure_actor_system(sys_cfg, {common.threads, "sharing", !args.remote.empty(),
+                                   common.peer_heartbeat_ms, common.peer_timeout_ms});
   if (!args.tls_dir.empty()) {
     if (args.remote.empty()) {
       spdlog::error("--tls: goes with --remote (it secures the connections to kiln nodes)");

@@ -81,7 +81,8 @@ int cmd_node(const common_args& common, const node_args& args) {
     return 2;
   }
   caf::actor_system_config sc;
-  configure_actor_system(sc, {threads, "sharing", true});
+  configure_actor_system(
+      sc, {threads, "sharing", true, common.peer_heartbeat_ms, common.peer_timeout_ms});
   const bool tls = !args.tls_dir.empty();
   if (tls)
     if (auto st = enable_tls(sc, args.tls_dir); !st) {

@@ -11,6 +11,9 @@ namespace kiln {
 struct common_args {
   std::string log_level = "info";
   int threads = 0; // 0 = all cores
+  // kiln node / eval --remote: the middleman's heartbeat and dead-peer timeout (actor_settings)
+  int peer_heartbeat_ms = 1000;
+  int peer_timeout_ms = 5000;
 };
 
 struct tasks_validate_args {

@@ -16,6 +16,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", common.threads, "worker threads (0 = all cores)")
       ->capture_default_str();
+  app.add_option("--peer-heartbeat-ms", common.peer_heartbeat_ms,
+                 "node / remote pools: heartbeat on each connection every MS (0 = off)")
+      ->check(CLI::Range(0, 600000))
+      ->capture_default_str();
+  app.add_option("--peer-timeout-ms", common.peer_timeout_ms,
+                 "node / remote pools: a peer silent this long is down; its jobs go elsewhere "
+                 "(0 = off: only a closed connection counts)")
+      ->check(CLI::Range(0, 3600000))
+      ->capture_default_str();
 
   kiln::run_args run;
   auto* run_cmd = app.add_subcommand(
@@ -266,6 +275,12 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("kiln"));
   spdlog::set_level(spdlog::level::from_str(common.log_level));
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
+  if (common.peer_timeout_ms > 0 && common.peer_timeout_ms <= common.peer_heartbeat_ms) {
+    spdlog::error("--peer-timeout-ms {} must exceed --peer-heartbeat-ms {} (or be 0), else every "
+                  "quiet peer times out",
+                  common.peer_timeout_ms, common.peer_heartbeat_ms);
+    return 2;
+  }
   if (*run_cmd) return kiln::cmd_run(common, run);
   if (*val) return kiln::cmd_tasks_validate(common, validate);
   if (*imp) return kiln::cmd_tasks_import(imp->remaining());

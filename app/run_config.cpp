@@ -30,6 +30,8 @@ expected<run_config> read_run_config(config_reader& r) {
   c.remote = r.strings("pool.remote", {});
   c.local_pool = r.boolean("pool.local", true);
   c.tls_dir = r.path("pool.tls", "");
+  c.peer_heartbeat_ms = static_cast<int>(r.integer("pool.peer_heartbeat_ms", 1000, 0, 600000));
+  c.peer_timeout_ms = static_cast<int>(r.integer("pool.peer_timeout_ms", 5000, 0, 3600000));
   c.learner.seed = c.seed;
   c.learner.backend = c.backend;
   read_learner_config(r, c.learner);
@@ -79,6 +81,9 @@ expected<run_config> read_run_config(config_reader& r) {
                             "the trainer announces the versions it serves)"};
   if (c.llm.temperature < 0 || c.llm.timeout_s <= 0 || c.llm.backoff_s < 0)
     return error{c.origin + ": [llm]: temperature and backoff_s must be >= 0, timeout_s > 0"};
+  if (c.peer_timeout_ms > 0 && c.peer_timeout_ms <= c.peer_heartbeat_ms)
+    return error{c.origin + ": key 'pool.peer_timeout_ms': must exceed pool.peer_heartbeat_ms "
+                            "(or be 0), else every quiet peer times out"};
   if (!c.local_pool && c.remote.empty())
     return error{c.origin +
                  ": key 'pool.local': false needs pool.remote (some pool must run jobs)"};

@@ -38,9 +38,11 @@ struct run_config {
   int compile_workers = 2;
   std::string baselines; // torch.compile baselines file: reward tier 3 and compile metrics
   std::vector<std::string>
-      remote;             // pools of `kiln node`s (HOST:PORT) used beside / instead of ours
-  bool local_pool = true; // false (with remote): no pool in this process
-  std::string tls_dir;    // with remote: connect over mutual TLS (cert.pem, key.pem, ca.pem)
+      remote;                   // pools of `kiln node`s (HOST:PORT) used beside / instead of ours
+  bool local_pool = true;       // false (with remote): no pool in this process
+  std::string tls_dir;          // with remote: connect over mutual TLS (cert.pem, key.pem, ca.pem)
+  int peer_heartbeat_ms = 1000; // with remote: the middleman's heartbeat (actor_settings)
+  int peer_timeout_ms = 5000;   // with remote: a node silent this long is down (0 = off)
   // [learner], [learner.model], [learner.ppo] (learner/learner_config.hpp)
   learner_config learner;
   // [rollout]: training episodes after validation (0: none). policy "model" hosts the learner

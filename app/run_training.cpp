@@ -146,7 +146,8 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
 #endif
 
   caf::actor_system_config sc;
-  configure_actor_system(sc, {threads, "sharing", !cfg.remote.empty()});
+  configure_actor_system(
+      sc, {threads, "sharing", !cfg.remote.empty(), cfg.peer_heartbeat_ms, cfg.peer_timeout_ms});
   if (!cfg.remote.empty() && !cfg.tls_dir.empty())
     if (auto st = enable_tls(sc, cfg.tls_dir); !st) return error{"key 'pool.tls': " + st.message()};
   register_rollout_messages(sc);

@@ -14,7 +14,15 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
 #include <memory>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 namespace kiln {
 
@@ -34,6 +42,8 @@ struct member_state {
   std::vector<pending_ptr> in_flight;
   int64_t routed = 0;
   bool up = true;
+  int64_t lost = 0, rejoined = 0; // times it went down / came back
+  std::chrono::steady_clock::time_point down_since;
 };
 
 struct router_state {
@@ -41,6 +51,12 @@ struct router_state {
   int64_t retries = 0, failed = 0;
   static inline const char* name = "kiln.pool_router";
 };
+
+// Router-internal messages (never cross a process): a lost remote member's reconnect attempts.
+using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
+using rejoined_atom = caf::atom_constant<caf::atom("rejoined")>;
+constexpr auto rejoin_every = std::chrono::seconds(2);
+constexpr auto rejoin_connect_timeout = std::chrono::seconds(3);
 using router_actor = caf::stateful_actor<router_state>;
 
 // A job's whole life in a member pool (queue included) is bounded by the episode's own deadline;
@@ -84,15 +100,53 @@ void member_lost(router_actor* self, size_t i, const std::string& why) {
   auto& m = self->state.members[i];
   if (!m.up) return;
   m.up = false;
+  ++m.lost;
+  m.down_since = std::chrono::steady_clock::now();
   spdlog::warn("pool router: pool {} lost ({}); {} jobs in flight go to the others", m.m.name, why,
                m.in_flight.size());
   auto owed = std::move(m.in_flight);
   m.in_flight.clear();
+  if (!m.m.local) self->delayed_send(self, rejoin_every, rejoin_atom::value, i);
   for (auto& p : owed)
     if (!p->settled) {
       ++self->state.retries;
       forward(self, p);
     }
+}
+
+// One reconnect attempt to a lost remote member, off the router (connecting blocks): the answer
+// is (rejoined, i, pool, stats JSON) or nothing, and the router tries again later.
+void try_rejoin(router_actor* self, size_t i) {
+  auto& m = self->state.members[i];
+  if (m.up) return;
+  caf::actor router = caf::actor_cast<caf::actor>(self);
+  std::string name = m.m.name;
+  self->system().spawn<caf::detached>([router, name, i](caf::blocking_actor* b) {
+    auto r = connect_pool(b->system(), name, rejoin_connect_timeout);
+    if (r)
+      b->send(router, rejoined_atom::value, i, r->pool, r->backend, r->devices);
+    else
+      b->send(router, rejoin_atom::value, i, r.message());
+  });
+}
+
+void rejoined(router_actor* self, size_t i, caf::actor pool, const std::string& backend,
+              int devices) {
+  auto& m = self->state.members[i];
+  if (m.up) return;
+  if (backend != m.m.backend) { // the address now serves something else: never routed to
+    spdlog::error("pool router: pool {} came back serving the {} backend, not {}: refused",
+                  m.m.name, backend, m.m.backend);
+    return;
+  }
+  double down_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - m.down_since).count();
+  m.m.pool = std::move(pool);
+  m.m.devices = devices;
+  m.up = true;
+  ++m.rejoined;
+  self->monitor(m.m.pool);
+  spdlog::info("pool router: pool {} rejoined after {:.1f} s down", m.m.name, down_s);
 }
 
 void forward(router_actor* self, pending_ptr p) {
@@ -166,10 +220,21 @@ caf::behavior pool_router(router_actor* self, std::vector<pool_member> members) 
   }
   self->set_down_handler([=](caf::down_msg& dm) {
     for (size_t i = 0; i < self->state.members.size(); ++i)
-      if (self->state.members[i].m.pool.address() == dm.source)
+      if (self->state.members[i].up && self->state.members[i].m.pool.address() == dm.source)
         member_lost(self, i, self->system().render(dm.reason));
   });
   return {
+      [=](rejoin_atom, size_t i) {
+        if (i < self->state.members.size()) try_rejoin(self, i);
+      },
+      [=](rejoin_atom, size_t i, const std::string& why) { // an attempt failed: later, again
+        if (i >= self->state.members.size() || self->state.members[i].up) return;
+        spdlog::debug("pool router: pool {} still down: {}", self->state.members[i].m.name, why);
+        self->delayed_send(self, rejoin_every, rejoin_atom::value, i);
+      },
+      [=](rejoined_atom, size_t i, caf::actor& pool, std::string& backend, int devices) {
+        if (i < self->state.members.size()) rejoined(self, i, std::move(pool), backend, devices);
+      },
       [=](evaluate_atom, std::string& job, std::string& program) {
         auto p = std::make_shared<pending_job>();
         p->job = std::move(job);
@@ -194,7 +259,9 @@ caf::behavior pool_router(router_actor* self, std::vector<pool_member> members) 
                            {"devices", m.m.devices},
                            {"routed", m.routed},
                            {"in_flight", m.in_flight.size()},
-                           {"up", m.up}});
+                           {"up", m.up},
+                           {"lost", m.lost},
+                           {"rejoined", m.rejoined}});
         g->merged["nodes"] = nodes;
         g->merged["retries"] = self->state.retries;
         g->merged["failed"] = self->state.failed;
@@ -256,6 +323,47 @@ status describe_member(caf::actor_system& sys, pool_member& m, std::chrono::seco
 
 namespace {
 
+// CAF 0.17 connects with a blocking connect(): to a host whose link is cut that waits out the
+// kernel's SYN retries (about two minutes). A non-blocking probe bounds it; empty when a TCP
+// connection to host:port opened within `timeout`, else why not.
+std::string probe_tcp(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
+    return std::string("cannot resolve: ") + gai_strerror(rc);
+  std::string why = "no address";
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int rc = connect(fd, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = poll(&p, 1, static_cast<int>(timeout.count()));
+      if (rc == 0) {
+        why = "no answer within " + std::to_string(timeout.count()) + " ms";
+        rc = -1;
+      } else if (rc > 0) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = err ? -1 : 0;
+        if (err) why = std::strerror(err);
+      }
+    } else if (rc != 0) {
+      why = std::strerror(errno);
+    }
+    close(fd);
+    if (rc == 0) {
+      freeaddrinfo(res);
+      return {};
+    }
+  }
+  freeaddrinfo(res);
+  return why;
+}
+
 // Over TLS when this actor system loaded caf::openssl (actors/actor_system_setup.hpp).
 caf::expected<caf::actor> connect_actor(caf::actor_system& sys, const std::string& host,
                                         uint16_t port) {
@@ -282,6 +390,8 @@ expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& ho
     port = 0;
   }
   if (port < 1 || port > 65535) return error{"pool node '" + host_port + "': bad port"};
+  if (auto why = probe_tcp(host, static_cast<uint16_t>(port), timeout); !why.empty())
+    return error{"pool node " + host_port + ": cannot connect: " + why};
   expected<caf::actor> a = error{"not connected"};
   if (auto r = connect_actor(sys, host, static_cast<uint16_t>(port)))
     a = *r;

@@ -3,8 +3,11 @@
 // machines publish with `kiln node` (CAF middleman proxies).
 //   (evaluate, job, program) --> router --fewest jobs in flight per device--> member pool
 //   (stats) --> router --ask every member--> merged JSON (devices of all members, per node)
-// A member that goes down is dropped (logged); its jobs in flight are retried on the others, so a
-// lost node costs time, not episodes. Remote members are monitored, never linked: ending the
+// A member that goes down (its connection closed, or silent past the middleman's connection
+// timeout: actors/actor_system_setup.hpp) is dropped (logged); its jobs in flight are retried on
+// the others, so a lost node costs time, not episodes. A lost remote member is reconnected every
+// 2 s in the background and rejoins when its address answers with a pool of the same backend (a
+// different backend is refused, logged). Remote members are monitored, never linked: ending the
 // router ends this process's pool only.
 #pragma once
 
@@ -30,6 +33,8 @@ caf::actor spawn_pool_router(caf::actor_system& sys, std::vector<pool_member> me
 
 // Connects to a pool that `kiln node` published at "host:port" and reads its stats (backend,
 // devices); needs the middleman loaded in `sys`. The error names the address and what failed.
+// A host that does not answer a TCP connect within `timeout` fails then (not after the kernel's
+// SYN retries).
 expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& host_port,
                                    std::chrono::seconds timeout = std::chrono::seconds(10));
 

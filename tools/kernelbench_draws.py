@@ -348,6 +348,11 @@ def factory_init(t, r, rec, where):
                       "randint / ones / zeros draw")
     how, version = r
     name, args, kwargs = how[1], how[2], how[3]
+    if name in ("empty", "empty_like"):  # storage an op allocated and filled (newer torch's
+        # softmax does): the values come from an expression, never from a draw Kiln can make
+        raise Blocked("input", "input drawn by an expression",
+                      f"{where} = {rec.expression(t) or 'an expression'}: uninitialized storage "
+                      f"(torch.{name}) filled by an op")
     if t._version != version:
         raise Blocked("input", "input modified in place after its draw", where)
     if kwargs.get("dtype") not in (None, torch.float32, torch.int64):

@@ -1585,6 +1585,8 @@ def _loss_args(m, b, what):
     if _const(b.get("size_average", C(None)), "size_average") is not None or \
             _const(b.get("reduce", C(None)), "reduce") is not None:
         m.block("missing_attr", f"{what} size_average / reduce (deprecated)")
+    if "weight" in b and not (isinstance(b["weight"], C) and b["weight"].value is None):
+        m.block("missing_attr", f"{what} weight", "per-element loss weights")
     x, y = b["input"], b["target"]
     if _shape(x) != _shape(y):
         m.block("missing_attr", f"{what} with broadcasting", f"{_shape(x)} vs {_shape(y)}")
@@ -1595,11 +1597,12 @@ def f_pointwise_loss(kind):
     """mse / l1 / smooth_l1 / huber as elementwise ops and a reduction. With a = |x - y| and
     m = min(a, beta): smooth_l1 = 0.5 m^2 / beta + (a - m), huber = 0.5 m^2 + delta (a - m);
     each equals PyTorch's two-branch formula on both branches."""
-    sigs = {"mse": "input, target, size_average=None, reduce=None, reduction='mean'",
-            "l1": "input, target, size_average=None, reduce=None, reduction='mean'",
+    # weight: PyTorch 2.6+ (mse, l1, huber) take per-element weights; None is the plain loss
+    sigs = {"mse": "input, target, size_average=None, reduce=None, reduction='mean', weight=None",
+            "l1": "input, target, size_average=None, reduce=None, reduction='mean', weight=None",
             "smooth_l1": "input, target, size_average=None, reduce=None, reduction='mean', "
                          "beta=1.0",
-            "huber": "input, target, reduction='mean', delta=1.0"}
+            "huber": "input, target, reduction='mean', delta=1.0, weight=None"}
 
     def h(m, args, kwargs, what):
         b = Sig(sigs[kind]).bind(args, kwargs, what)
@@ -1665,6 +1668,8 @@ def f_triplet_margin_loss(m, args, kwargs, what):
     if _const(b["size_average"], "size_average") is not None or \
             _const(b["reduce"], "reduce") is not None:
         m.block("missing_attr", f"{what} size_average / reduce (deprecated)")
+    if "weight" in b and not (isinstance(b["weight"], C) and b["weight"].value is None):
+        m.block("missing_attr", f"{what} weight", "per-element loss weights")
     return _triplet(m, b["anchor"], b["positive"], b["negative"], float(_c(b, "margin", what)),
                     float(_c(b, "p", what)), float(_c(b, "eps", what)),
                     bool(_c(b, "swap", what)), _c(b, "reduction", what), what)

@@ -175,6 +175,22 @@ TEST_CASE("the eager baseline is timed by the same clock") {
   CHECK(o.time->median_ms > 0);
 }
 
+namespace {
+
+// The cuda expert's program for t, compiled and verified through the executor.
+outcome verify_expert(executor_client& client, const task& t) {
+  auto gen = generate_cuda(t, expert_program(t, backend_kind::cuda));
+  REQUIRE_MESSAGE(gen, gen.message());
+  cuda_compile_options co;
+  co.cache_dir = cache_dir();
+  co.arch = the_arch();
+  auto a = compile_cuda(*gen, co);
+  REQUIRE_MESSAGE(a, a.message());
+  return client.run(make(t, job_kind::verify, artifact_ref{"cuda", a->cubin_path, a->key, 0}));
+}
+
+} // namespace
+
 TEST_CASE("expert programs of the gpu suite verify through the executor") {
   executor_client client(options());
   int tried = 0;
@@ -191,16 +207,8 @@ TEST_CASE("expert programs of the gpu suite verify through the executor") {
     auto t = read_task_file(path.string());
     REQUIRE_MESSAGE(t, t.message());
     REQUIRE(check_task(*t));
-    auto gen = generate_cuda(*t, expert_program(*t, backend_kind::cuda));
-    REQUIRE_MESSAGE(gen, gen.message());
-    cuda_compile_options co;
-    co.cache_dir = cache_dir();
-    co.arch = the_arch();
-    auto a = compile_cuda(*gen, co);
-    REQUIRE_MESSAGE(a, a.message());
-    artifact_ref r{"cuda", a->cubin_path, a->key, 0};
-    auto o = client.run(make(*t, job_kind::verify, r));
     CAPTURE(name);
+    auto o = verify_expert(client, *t);
     CHECK_MESSAGE(o.kind == outcome_kind::correct, o.message);
     ++tried;
   }
@@ -248,15 +256,8 @@ attrs = { pad = [0, 3, 0, 0, 1, 0] }
                           "inline.toml");
   REQUIRE_MESSAGE(t, t.message());
   REQUIRE(check_task(*t));
-  auto gen = generate_cuda(*t, expert_program(*t, backend_kind::cuda));
-  REQUIRE_MESSAGE(gen, gen.message());
-  cuda_compile_options co;
-  co.cache_dir = cache_dir();
-  co.arch = the_arch();
-  auto a = compile_cuda(*gen, co);
-  REQUIRE_MESSAGE(a, a.message());
   executor_client client(options());
-  auto o = client.run(make(*t, job_kind::verify, artifact_ref{"cuda", a->cubin_path, a->key, 0}));
+  auto o = verify_expert(client, *t);
   CHECK_MESSAGE(o.kind == outcome_kind::correct, o.message);
 }
 
