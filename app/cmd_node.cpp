@@ -4,6 +4,7 @@
 // then. CAF's BASP has no authentication: bind to loopback (the default) or a trusted network.
 //   kiln run --(evaluate job, program)--> middleman ==> this node's pool --> outcome back
 #include "actors/actor_system_setup.hpp"
+#include "actors/basp_guard.hpp"
 #include "app/commands.hpp"
 #include "app/eval_runner.hpp"
 #include "gpu_pool/device_pool.hpp"
@@ -91,12 +92,31 @@ int cmd_node(const common_args& common, const node_args& args) {
     }
   caf::actor_system sys{sc};
   auto pool = spawn_device_pool(sys, *cfg);
-  auto port = publish_pool(sys, pool, static_cast<uint16_t>(args.port), args.bind, tls);
+  // Plaintext: the middleman listens on loopback only, behind the frame guard on the public
+  // address (actors/basp_guard.hpp). TLS: the handshake comes first, so CAF listens itself.
+  auto port = tls ? publish_pool(sys, pool, static_cast<uint16_t>(args.port), args.bind, tls)
+                  : publish_pool(sys, pool, 0, "127.0.0.1", false);
   if (!port) {
-    spdlog::error("kiln node: cannot listen on {}:{}: {}", args.bind, args.port,
-                  sys.render(port.error()));
+    spdlog::error("kiln node: cannot listen on {}:{}: {}", tls ? args.bind : "127.0.0.1",
+                  tls ? args.port : 0, sys.render(port.error()));
     caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
     return 2;
+  }
+  basp_guard guard;
+  uint16_t public_port = *port;
+  if (!tls) {
+    basp_guard_options go;
+    go.bind = args.bind;
+    go.port = static_cast<uint16_t>(args.port);
+    go.upstream_port = *port;
+    go.max_payload = static_cast<uint32_t>(args.max_frame_mib) << 20;
+    go.max_connections = args.max_peers;
+    if (auto st = guard.start(go); !st) {
+      spdlog::error("kiln node: {}", st.message());
+      caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+      return 2;
+    }
+    public_port = guard.port();
   }
   if (!tls && args.bind != "127.0.0.1" && args.bind != "localhost" && args.bind != "::1")
     spdlog::warn("kiln node: listening on {} without --tls: CAF's protocol has no authentication, "
@@ -105,7 +125,7 @@ int cmd_node(const common_args& common, const node_args& args) {
   // One line on stdout that scripts can read the address from.
   std::printf("kiln node: %s pool, %d device%s (%s), published at %s:%u%s\n",
               to_string(cfg->backend), cfg->devices, cfg->devices == 1 ? "" : "s",
-              cfg->device_name.c_str(), args.bind.c_str(), static_cast<unsigned>(*port),
+              cfg->device_name.c_str(), args.bind.c_str(), static_cast<unsigned>(public_port),
               tls ? " (mutual TLS)" : "");
   std::fflush(stdout);
   std::signal(SIGINT, on_stop_signal);
@@ -121,8 +141,17 @@ int cmd_node(const common_args& common, const node_args& args) {
   }
   // CAF 0.17.6's caf::openssl::unpublish does not compile: a TLS node's listener closes with the
   // actor system instead.
-  if (!tls) (void)sys.middleman().unpublish(pool, *port);
-  std::printf("kiln node: stopped; %s\n", stats_line(ask_stats(sys, pool)).c_str());
+  std::string guarded;
+  if (!tls) {
+    guard.stop();
+    (void)sys.middleman().unpublish(pool, *port);
+    auto g = guard.stats();
+    guarded = "; peers " + std::to_string(g.accepted) + " accepted, " + std::to_string(g.refused) +
+              " refused (full), " + std::to_string(g.oversize) + " oversize frames, " +
+              std::to_string(g.too_slow) + " without a first frame";
+  }
+  std::printf("kiln node: stopped; %s%s\n", stats_line(ask_stats(sys, pool)).c_str(),
+              guarded.c_str());
   std::fflush(stdout);
   caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
   return 0;

@@ -69,6 +69,8 @@ struct node_args {
   int port = 4710;                // 0: any free port (printed)
   double stats_s = 30;            // seconds between stats lines
   std::string tls_dir;            // mutual TLS: cert.pem, key.pem, ca.pem (enable_tls)
+  int max_frame_mib = 64;         // plaintext: larger BASP frames close the connection
+  int max_peers = 256;            // plaintext: connections past this are refused
 };
 int cmd_node(const common_args& common, const node_args& args);
 

@@ -153,6 +153,13 @@ int main(int argc, char** argv) {
                  "mutual TLS: DIR holds cert.pem, key.pem and ca.pem (clients need the same CA)");
   nd->add_option("--stats-every", node.stats_s, "seconds between stats lines")
       ->capture_default_str();
+  nd->add_option("--max-frame-mib", node.max_frame_mib,
+                 "without --tls: a peer whose protocol frame claims more is disconnected")
+      ->check(CLI::Range(1, 4095))
+      ->capture_default_str();
+  nd->add_option("--max-peers", node.max_peers, "without --tls: connections past this are refused")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
 
   kiln::report_args report;
   auto* rep = app.add_subcommand(

@@ -57,23 +57,26 @@ std::string ms_text(double ms) {
 
 // Work before a call (racing the executor's refill) or after its reply (the host answered early)
 // is CPU the executor's clock did not see: a call's cycle may use its wall time on each thread.
-// Each cycle gets a loose bound (the CPU clocks of a VM drift by a fraction of a millisecond now
-// and then); their sum over the job gets a tight one, since faking a median needs many cycles.
+// Each cycle gets a loose bound: the host's CPU clock, read from this process, advances by whole
+// ticks for a thread that is running when read (measured on a 250 Hz kernel: a quarter of the
+// readings unchanged, then jumps of 4 ms), so one cycle may carry a tick earned in an earlier one
+// (the honest kernels refused for it read "2.4 ms of CPU over a 0.7 ms call"); 10 ms covers a
+// 100 Hz kernel. Ticks move time between cycles and create none, so the sum over the job gets a
+// tight bound, and faking a median needs many cycles.
+constexpr double clock_tick_ms = 10.0;
+
 std::optional<check_result> cycle_check(job_context& c, const call_result& r) {
   if (c.costs.samples == 0 || r.prev_cycle_cpu_ms < 0) return std::nullopt;
   c.cycles.cpu_ms += r.prev_cycle_cpu_ms;
-  c.cycles.thread_ms += r.prev_cycle_thread_ms;
   c.cycles.wall_ms += r.prev_wall_ms;
   ++c.cycles.count;
-  // No single thread can be busier than the call was long; all together, threads x that.
-  double slack = c.costs.idle_cpu_ms + 1.0;
-  double one = 1.2 * r.prev_wall_ms + slack, all = 1.2 * r.prev_wall_ms * c.threads + slack;
-  if (r.prev_cycle_thread_ms > one || r.prev_cycle_cpu_ms > all)
+  // All threads together can use threads x the call's wall time.
+  double all = 1.2 * r.prev_wall_ms * c.threads + c.costs.idle_cpu_ms + 1.0 + clock_tick_ms;
+  if (r.prev_cycle_cpu_ms > all)
     return failure(outcome_kind::runtime_error,
-                   "the kernel process used " + ms_text(r.prev_cycle_cpu_ms) + " ms of CPU (" +
-                       ms_text(r.prev_cycle_thread_ms) + " ms on its busiest thread) over a " +
-                       ms_text(r.prev_wall_ms) + " ms call (allowed " + ms_text(all) + " / " +
-                       ms_text(one) +
+                   "the kernel process used " + ms_text(r.prev_cycle_cpu_ms) +
+                       " ms of CPU over a " + ms_text(r.prev_wall_ms) + " ms call (allowed " +
+                       ms_text(all) +
                        " ms): work before or after a call is not timed, so it is refused");
   return std::nullopt;
 }
@@ -86,14 +89,12 @@ std::optional<check_result> check_last_cycle(job_context& c) {
     return failure(outcome_kind::runtime_error, "kernel process failed after its calls: " + r.why);
   if (auto bad = cycle_check(c, r)) return bad;
   const auto& y = c.cycles;
-  double slack = y.count * c.costs.idle_cpu_ms + 0.5;
-  double one = 1.01 * y.wall_ms + slack, all = 1.01 * y.wall_ms * c.threads + slack;
-  if (y.thread_ms <= one && y.cpu_ms <= all) return std::nullopt;
+  double all = 1.01 * y.wall_ms * c.threads + y.count * c.costs.idle_cpu_ms + 0.5;
+  if (y.cpu_ms <= all) return std::nullopt;
   return failure(outcome_kind::runtime_error,
-                 "the kernel process used " + ms_text(y.cpu_ms) + " ms of CPU (" +
-                     ms_text(y.thread_ms) + " ms on its busiest threads) over " +
+                 "the kernel process used " + ms_text(y.cpu_ms) + " ms of CPU over " +
                      std::to_string(y.count) + " calls taking " + ms_text(y.wall_ms) +
-                     " ms (allowed " + ms_text(all) + " / " + ms_text(one) +
+                     " ms (allowed " + ms_text(all) +
                      " ms): work before or after a call is not timed, so it is refused");
 }
 

@@ -60,9 +60,9 @@ struct job_context {
   int threads = 1; // the host's threads: a call may use wall x threads of CPU
   protocol_costs costs;
   struct {
-    double cpu_ms = 0, thread_ms = 0, wall_ms = 0;
+    double cpu_ms = 0, wall_ms = 0;
     int count = 0;
-  } cycles; // the host's CPU (all threads; the busiest one) and the calls' wall time
+  } cycles;                        // the host's CPU (all threads) and the calls' wall time
   std::vector<at::Tensor> discard; // cuda: where unkept output snapshots go (allocated once)
 };
 

@@ -174,40 +174,13 @@ std::string describe(const kh_reply& ready) {
 
 kernel_host::~kernel_host() { kill_all(); }
 
-// The process clock misses a running thread's time since its last tick, so each thread's own
-// clock (exact, even while it runs) is read too; the larger sum wins (the process clock still
-// holds threads that have exited). Per thread, the time since the last reading is kept too: one
-// thread busy outside a call shows there even when others idle.
-kernel_host::cpu_reading kernel_host::read_cpu() {
-  auto ms = [](clockid_t c) {
-    timespec ts{};
-    if (clock_gettime(c, &ts) != 0) return -1.0;
-    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-  };
-  cpu_reading r;
-  double process = ms(cpu_clock_);
-  if (pid_ > 0) {
-    std::string task_dir = "/proc/" + std::to_string(pid_) + "/task";
-    struct stat st {};
-    // A thread appearing or leaving changes the folder's link count: rescan only then.
-    if (stat(task_dir.c_str(), &st) == 0 && static_cast<int64_t>(st.st_nlink) != task_links_) {
-      task_links_ = static_cast<int64_t>(st.st_nlink);
-      thread_clocks_.clear();
-      if (DIR* d = opendir(task_dir.c_str())) {
-        while (dirent* e = readdir(d)) {
-          if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-          pid_t tid = static_cast<pid_t>(std::atoi(e->d_name));
-          thread_clocks_.push_back(((~static_cast<clockid_t>(tid)) << 3) | 6); // per-thread SCHED
-        }
-        closedir(d);
-      }
-    }
-    for (clockid_t c : thread_clocks_) r.threads.push_back({c, std::max(0.0, ms(c))});
-  }
-  double sum = 0;
-  for (const auto& t : r.threads) sum += t.second;
-  r.total_ms = std::max(process, sum);
-  return r;
+// Another process's CPU clock is the only one Linux lets the executor read (a thread's clock is
+// readable only from its own thread group). It lags a thread that is running when read by up
+// to a scheduler tick: that time shows in a later reading (kernel_calls.cpp allows for it).
+double kernel_host::read_cpu() const {
+  timespec ts{};
+  if (clock_gettime(cpu_clock_, &ts) != 0) return -1.0;
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
 void kernel_host::reap(bool wait_first) {
@@ -367,18 +340,11 @@ call_result kernel_host::round_trip(kh_command& cmd, size_t bytes, int pass_fd, 
   r.residual_ms = reply.residual_ms;
   // A process's CPU clock is exact only while none of its threads runs (a running thread's time
   // since its last tick is not in it yet): read it at each command, when the host is waiting.
-  if (cpu_at_last_send_.total_ms >= 0) {
-    r.prev_cycle_cpu_ms = cpu_before.total_ms - cpu_at_last_send_.total_ms;
-    r.prev_cycle_thread_ms = 0;
-    for (const auto& [clock, now] : cpu_before.threads) {
-      double before = 0; // a thread first seen now: all of its time is in this cycle
-      for (const auto& [c, then] : cpu_at_last_send_.threads)
-        if (c == clock) before = then;
-      r.prev_cycle_thread_ms = std::max(r.prev_cycle_thread_ms, now - before);
-    }
+  if (cpu_at_last_send_ >= 0 && cpu_before >= 0) {
+    r.prev_cycle_cpu_ms = cpu_before - cpu_at_last_send_;
     r.prev_wall_ms = wall_of_last_;
   }
-  cpu_at_last_send_ = std::move(cpu_before);
+  cpu_at_last_send_ = cpu_before;
   wall_of_last_ = t1 - t0;
   return r;
 }

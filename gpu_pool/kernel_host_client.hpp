@@ -52,10 +52,9 @@ struct call_result {
   double stream_ms = 0;       // cuda: the host's events (untrusted)
   double residual_ms = 0;     // cuda: device busy after the stream was done (untrusted)
   // The previous call's cycle, from its command to this one: the host's CPU time over it (all
-  // threads; read while the host waits for a command, when the clock is exact) and its wall time.
-  // An honest host uses at most wall x threads; more is work outside the call.
-  double prev_cycle_cpu_ms = -1;   // -1: no previous call
-  double prev_cycle_thread_ms = 0; // the busiest single thread's share of it
+  // threads, read while the host waits for a command) and its wall time. An honest host uses at
+  // most wall x threads; more is work outside the call.
+  double prev_cycle_cpu_ms = -1; // -1: no previous call
   double prev_wall_ms = 0;
   bool ok() const { return failure == call_failure::none && code == kh_code::ok; }
 };
@@ -93,11 +92,8 @@ private:
   // Sends `bytes` of cmd (with pass_fd as SCM_RIGHTS when >= 0), waits for its reply, checks it.
   call_result round_trip(kh_command& cmd, size_t bytes, int pass_fd, int64_t deadline_ms,
                          kh_reply* keep = nullptr);
-  struct cpu_reading {
-    double total_ms = -1;
-    std::vector<std::pair<clockid_t, double>> threads;
-  };
-  cpu_reading read_cpu();
+  // The host process's CPU clock, ms (-1 when unreadable).
+  double read_cpu() const;
   void reap(bool wait_first);
 
   kernel_host_options opts_;
@@ -107,9 +103,7 @@ private:
   kh_reply ready_;
   clockid_t cpu_clock_ = CLOCK_MONOTONIC;
   int64_t started_ms_ = 0;
-  cpu_reading cpu_at_last_send_;
-  std::vector<clockid_t> thread_clocks_;
-  int64_t task_links_ = -1;
+  double cpu_at_last_send_ = -1;
   double wall_of_last_ = 0;
   uint64_t seq_ = 0;
   std::string exit_text_;

@@ -21,6 +21,7 @@
 #include <memory>
 #include <netdb.h>
 #include <poll.h>
+#include <set>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -43,6 +44,7 @@ struct member_state {
   int64_t routed = 0;
   bool up = true;
   int64_t lost = 0, rejoined = 0; // times it went down / came back
+  bool refused_logged = false;    // came back with another backend (logged once)
   std::chrono::steady_clock::time_point down_since;
 };
 
@@ -87,9 +89,12 @@ std::string failure(const std::string& job_bytes, const std::string& why) {
   return encode(o);
 }
 
-void drop(member_state& m, const pending_ptr& p) {
+// False when the member no longer held the job (it was re-sent when the member was lost).
+bool drop(member_state& m, const pending_ptr& p) {
   auto it = std::find(m.in_flight.begin(), m.in_flight.end(), p);
-  if (it != m.in_flight.end()) m.in_flight.erase(it);
+  if (it == m.in_flight.end()) return false;
+  m.in_flight.erase(it);
+  return true;
 }
 
 void forward(router_actor* self, pending_ptr p);
@@ -134,11 +139,16 @@ void rejoined(router_actor* self, size_t i, caf::actor pool, const std::string& 
               int devices) {
   auto& m = self->state.members[i];
   if (m.up) return;
-  if (backend != m.m.backend) { // the address now serves something else: never routed to
-    spdlog::error("pool router: pool {} came back serving the {} backend, not {}: refused",
-                  m.m.name, backend, m.m.backend);
+  if (backend != m.m.backend) { // the address serves something else now: refused, tried later
+    if (!m.refused_logged)
+      spdlog::error("pool router: pool {} came back serving the {} backend, not {}: refused "
+                    "(asked again every {} s)",
+                    m.m.name, backend, m.m.backend, rejoin_every.count());
+    m.refused_logged = true;
+    self->delayed_send(self, rejoin_every, rejoin_atom::value, i);
     return;
   }
+  m.refused_logged = false;
   double down_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - m.down_since).count();
   m.m.pool = std::move(pool);
@@ -171,8 +181,9 @@ void forward(router_actor* self, pending_ptr p) {
           },
           [=](caf::error& err) {
             auto& me = self->state.members[static_cast<size_t>(i)];
-            drop(me, p);
-            if (p->settled) return; // already retried when the member went down
+            // not held any more: member_lost already re-sent it (and a member that rejoined
+            // since is not to blame for its old connection's errors)
+            if (!drop(me, p) || p->settled) return;
             if (err == caf::sec::request_timeout) {
               ++self->state.failed;
               p->settled = true;
@@ -347,9 +358,11 @@ std::string probe_tcp(const std::string& host, uint16_t port, std::chrono::milli
       } else if (rc > 0) {
         int err = 0;
         socklen_t len = sizeof err;
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
         rc = err ? -1 : 0;
         if (err) why = std::strerror(err);
+      } else {
+        why = std::strerror(errno); // poll failed (EINTR included): not connected
       }
     } else if (rc != 0) {
       why = std::strerror(errno);
@@ -364,13 +377,26 @@ std::string probe_tcp(const std::string& host, uint16_t port, std::chrono::milli
   return why;
 }
 
-// Over TLS when this actor system loaded caf::openssl (actors/actor_system_setup.hpp).
+// Over TLS when this actor system loaded caf::openssl (actors/actor_system_setup.hpp). Plaintext
+// asks the middleman's actor with a timeout: its blocking remote_actor waits for the peer's
+// handshake without one (a stopped process still accepts connections).
 caf::expected<caf::actor> connect_actor(caf::actor_system& sys, const std::string& host,
-                                        uint16_t port) {
+                                        uint16_t port, std::chrono::seconds timeout) {
 #ifdef KILN_HAVE_TLS
   if (sys.has_openssl_manager()) return caf::openssl::remote_actor(sys, host, port);
 #endif
-  return sys.middleman().remote_actor(host, port);
+  caf::expected<caf::actor> result{caf::sec::cannot_connect_to_node};
+  caf::scoped_actor self{sys};
+  self->request(sys.middleman().actor_handle(), timeout, caf::connect_atom::value, host, port)
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+            if (ptr)
+              result = caf::actor_cast<caf::actor>(std::move(ptr));
+            else
+              result = caf::make_error(caf::sec::no_actor_published_at_port);
+          },
+          [&](caf::error& e) { result = std::move(e); });
+  return result;
 }
 
 } // namespace
@@ -393,7 +419,7 @@ expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& ho
   if (auto why = probe_tcp(host, static_cast<uint16_t>(port), timeout); !why.empty())
     return error{"pool node " + host_port + ": cannot connect: " + why};
   expected<caf::actor> a = error{"not connected"};
-  if (auto r = connect_actor(sys, host, static_cast<uint16_t>(port)))
+  if (auto r = connect_actor(sys, host, static_cast<uint16_t>(port), timeout))
     a = *r;
   else
     a = error{sys.render(r.error())};

@@ -195,8 +195,14 @@ time.sleep(1)
 hang.close()
 EOF
 kill -0 "$node1" 2> /dev/null || fail "node1 died of hostile peers"
-rss=$(awk '/VmHWM/ {print $2}' "/proc/$node1/status")
+rss=$(awk '/VmHWM/ {print $2}' "/proc/$(pgrep -P "$node1" -x kiln || echo "$node1")/status")
 figure "node_peak_rss_kib_after_hostile" "$rss"
+# the 4 GiB header must not have been allocated (a node's own peak is a few hundred MB)
+[ "$rss" -lt 1048576 ] || fail "node1's peak RSS reached $rss KiB after a hostile header"
 coordinator_eval after_hostile 4 --suite "$(tasks 8 1004)" || fail "eval after hostile peers exited $?"
 passed_all after_hostile 8 || fail "the farm did not pass after hostile peers"
+kill -TERM "$node1"
+wait "$node1" 2> /dev/null
+grep -E "stopped; .* [1-9][0-9]* oversize frames" "$out/node1_again.log" ||
+  fail "node1's stop line does not count the oversize frame"
 echo "netns_farm: ok"

@@ -31,7 +31,7 @@ start_node node1
   --cache-dir "$cache" --json "$out/remote.json" > "$out/eval_remote.log" 2>&1 ||
   fail "eval --remote --no-local exited $?"
 grep -q "tasks 1  pass 100.0%" "$out/eval_remote.log" || fail "remote eval did not pass relu"
-grep -q "\"name\":\"$addr\",\"routed\":2" "$out/eval_remote.log" ||
+grep -q "\"name\":\"$addr\",\"rejoined\":0,\"routed\":2" "$out/eval_remote.log" ||
   fail "the node did not run both jobs (baseline, evaluate)"
 
 # 2. A run whose pool is the node alone (expert episodes, no learner).

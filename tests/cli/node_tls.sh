@@ -56,7 +56,7 @@ start_node tls_node --tls "$out/node"
 grep -q "(mutual TLS)" "$out/tls_node.log" || fail "the node does not say it is on TLS"
 eval_on trusted --tls "$out/client" || fail "trusted client exited $?"
 grep -q "tasks 1  pass 100.0%" "$out/trusted.log" || fail "trusted client did not pass relu"
-grep -q "\"name\":\"$addr\",\"routed\":2" "$out/trusted.log" || fail "the node did not run both jobs"
+grep -q "\"name\":\"$addr\",\"rejoined\":0,\"routed\":2" "$out/trusted.log" || fail "the node did not run both jobs"
 
 eval_on stranger --tls "$out/stranger"; rc=$?
 [ "$rc" -eq 2 ] || fail "a certificate from another CA: exit $rc, wanted 2"

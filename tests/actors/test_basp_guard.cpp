@@ -1,0 +1,148 @@
+// The frame guard in front of a real middleman: a remote actor works through it; an oversize
+// header, a peer that never finishes a frame and connections past the cap are cut, and the
+// middleman keeps serving.
+#include "actors/actor_system_setup.hpp"
+#include "actors/basp_guard.hpp"
+
+#include <arpa/inet.h>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <chrono>
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <string>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace kiln;
+
+namespace {
+
+caf::behavior echo(caf::event_based_actor*) {
+  return {[](const std::string& s) { return "echo " + s; }};
+}
+
+int dial(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// Reads until the guard closes the connection (0) or 5 s pass (-1); what the middleman sent
+// first (its handshake) is skipped.
+int read_until_closed(int fd) {
+  char buf[4096];
+  for (;;) {
+    ssize_t r = recv(fd, buf, sizeof buf, 0);
+    if (r == 0) return 0;
+    if (r < 0) return -1;
+  }
+}
+
+std::string ask(caf::actor_system& sys, uint16_t port) {
+  auto a = sys.middleman().remote_actor("127.0.0.1", port);
+  if (!a) return "connect failed: " + sys.render(a.error());
+  caf::scoped_actor self{sys};
+  std::string out;
+  self->request(*a, std::chrono::seconds(5), std::string("hi"))
+      .receive([&](std::string& s) { out = s; },
+               [&](caf::error& e) { out = "error: " + sys.render(e); });
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("the BASP header's payload length is read in network byte order") {
+  unsigned char h[basp_header_size] = {1, 0, 0, 0, 0xff, 0xff, 0xff, 0xf0};
+  CHECK(basp_payload_len(h) == 0xfffffff0u);
+  h[4] = 0;
+  h[5] = 0;
+  h[6] = 1;
+  h[7] = 2;
+  CHECK(basp_payload_len(h) == 258u);
+}
+
+TEST_CASE("the guard relays a middleman and cuts hostile peers") {
+  caf::actor_system_config server_cfg, client_cfg;
+  configure_actor_system(server_cfg, {1, "sharing", true});
+  configure_actor_system(client_cfg, {1, "sharing", true});
+  caf::actor_system server{server_cfg}, client{client_cfg};
+  auto e = server.spawn(echo);
+  auto upstream = server.middleman().publish(e, 0, "127.0.0.1", true);
+  REQUIRE(upstream);
+
+  basp_guard guard;
+  basp_guard_options o;
+  o.upstream_port = *upstream;
+  o.max_payload = 1 << 20;
+  o.max_first_payload = 64 << 10;
+  o.budget_bytes = 64 << 10;
+  o.max_connections = 3;
+  o.handshake_ms = 300;
+  REQUIRE(guard.start(o));
+  REQUIRE(guard.port() != 0);
+  CHECK(ask(client, guard.port()) == "echo hi");
+
+  SUBCASE("a header claiming 4 GiB closes the connection before the middleman reads it") {
+    int fd = dial(guard.port());
+    unsigned char h[basp_header_size] = {1, 0, 0, 0, 0xff, 0xff, 0xff, 0xf0};
+    REQUIRE(send(fd, h, sizeof h, 0) == static_cast<ssize_t>(sizeof h));
+    CHECK(read_until_closed(fd) == 0);
+    close(fd);
+    CHECK(guard.stats().oversize == 1);
+  }
+  SUBCASE("before its handshake a peer may announce a small frame only") {
+    int fd = dial(guard.port());
+    unsigned char h[basp_header_size] = {1, 0, 0, 0, 0, 0x10, 0, 0}; // 1 MiB: past 64 KiB
+    REQUIRE(send(fd, h, sizeof h, 0) == static_cast<ssize_t>(sizeof h));
+    CHECK(read_until_closed(fd) == 0);
+    close(fd);
+    CHECK(guard.stats().oversize == 1);
+  }
+  SUBCASE("partial frames held for all peers stay within the budget") {
+    // two peers each announce 48 KiB and send nothing more: the second passes the 64 KiB budget
+    int a = dial(guard.port()), b = dial(guard.port());
+    unsigned char h[basp_header_size] = {1, 0, 0, 0, 0, 0, 0xc0, 0};
+    REQUIRE(send(a, h, sizeof h, 0) == static_cast<ssize_t>(sizeof h));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    REQUIRE(send(b, h, sizeof h, 0) == static_cast<ssize_t>(sizeof h));
+    CHECK(read_until_closed(b) == 0);
+    close(a);
+    close(b);
+    CHECK(guard.stats().over_budget == 1);
+  }
+  SUBCASE("a peer that never finishes its first frame is cut after handshake_ms") {
+    int fd = dial(guard.port());
+    REQUIRE(send(fd, "\0\0\0\0\0\0\0", 7, 0) == 7);
+    CHECK(read_until_closed(fd) == 0);
+    close(fd);
+    CHECK(guard.stats().too_slow == 1);
+  }
+  SUBCASE("connections past the cap are refused") {
+    // four at once against a cap of 3 (the remote actor above may hold a fifth)
+    int fds[4];
+    for (int& fd : fds) fd = dial(guard.port());
+    for (int fd : fds) CHECK(read_until_closed(fd) == 0); // refused, or cut when slow
+    for (int fd : fds) close(fd);
+    CHECK(guard.stats().refused >= 1);
+  }
+  // Whatever a stranger did, the middleman still answers through the guard.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  caf::actor_system_config again_cfg;
+  configure_actor_system(again_cfg, {1, "sharing", true});
+  caf::actor_system again{again_cfg};
+  CHECK(ask(again, guard.port()) == "echo hi");
+  CHECK(guard.stats().accepted >= 2);
+  guard.stop();
+  caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+}
