@@ -148,7 +148,8 @@ int cmd_node(const common_args& common, const node_args& args) {
     auto g = guard.stats();
     guarded = "; peers " + std::to_string(g.accepted) + " accepted, " + std::to_string(g.refused) +
               " refused (full), " + std::to_string(g.oversize) + " oversize frames, " +
-              std::to_string(g.too_slow) + " without a first frame";
+              std::to_string(g.over_budget) + " over the budget, " + std::to_string(g.too_slow) +
+              " too slow to complete a frame";
   }
   std::printf("kiln node: stopped; %s%s\n", stats_line(ask_stats(sys, pool)).c_str(),
               guarded.c_str());

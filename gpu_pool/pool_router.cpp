@@ -14,10 +14,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <memory>
 #include <netdb.h>
 #include <poll.h>
@@ -120,7 +118,7 @@ void member_lost(router_actor* self, size_t i, const std::string& why) {
 }
 
 // One reconnect attempt to a lost remote member, off the router (connecting blocks): the answer
-// is (rejoined, i, pool, stats JSON) or nothing, and the router tries again later.
+// is (rejoined, i, pool, backend, devices), or (rejoin, i, why) and the router tries again later.
 void try_rejoin(router_actor* self, size_t i) {
   auto& m = self->state.members[i];
   if (m.up) return;
