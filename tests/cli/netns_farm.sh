@@ -58,6 +58,7 @@ link_host "$co" co "$ip_co" && link_host "$n1" n1 "$ip_n1" && link_host "$n2" n2
   fail "veth links"
 
 start_node() { # start_node NS ADDR LOG: a node on the host's own address; sets $pid
+  : >> "$out/$3.log" # before the node's own redirect, so the first grep finds the file
   ip netns exec "$1" "$kiln" --threads 1 "${peer[@]}" node --backend cpu --bind "$2" \
     --port "$port" --cache-dir "$out/cache-$1" --stats-every 0 >> "$out/$3.log" 2>&1 &
   pid=$!

@@ -59,6 +59,24 @@ TEST_CASE("timings beyond the bandwidth roofline are re-verified and flagged") {
   CHECK(fast.message.find("beyond the bandwidth roofline") != std::string::npos);
 }
 
+TEST_CASE("a kernel too small to resolve on cpu is timed at the protocol's jitter, never at 0") {
+  // One row (1024 elements): the kernel costs less than the protocol's own jitter, so the
+  // executor's clock less the protocol's p10 falls at or below 0 on some trials.
+  auto& c = shared_client();
+  auto tiny = compile(kernel("", "", "", 1));
+  for (int run = 0; run < 3; ++run) {
+    auto j = make_job(job_kind::evaluate, tiny);
+    j.spec = the_task(1);
+    auto o = c.run(j);
+    REQUIRE_MESSAGE(o.kind == outcome_kind::correct, describe(o));
+    REQUIRE(o.time.has_value());
+    CHECK(o.time->min_ms >= 0.001);
+    CHECK(o.time->median_ms >= o.time->min_ms);
+    MESSAGE("one row: median ", o.time->median_ms, " ms, min ", o.time->min_ms, " ms, overhead ",
+            o.time->overhead_ms, " ms");
+  }
+}
+
 TEST_CASE("segfault: runtime_error naming the signal, the next job succeeds") {
   auto& c = shared_client();
   auto o = c.run(make_job(job_kind::verify, compile(kernel("*(volatile int*)0 = 1;"))));
