@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <atomic>
 #include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -87,6 +89,46 @@ inline coordinator_config all_in_flight(int episodes, int turns) {
 
 inline caf::behavior null_pool(caf::event_based_actor*, std::string reply) {
   return {[=](evaluate_atom, const std::string&, const std::string&) { return reply; }};
+}
+
+// The pool of `kiln node --backend null`: every job is decoded and answered at once as correct
+// (1 ms), so a router bench measures Kiln's own cost per job (BASP, routing, the job's msgpack)
+// and the network, not kernels. Its stats carry the process's CPU seconds (cpu_s).
+struct null_node_state {
+  int64_t requests = 0, undecodable = 0;
+  static inline const char* name = "kiln.null_node_pool";
+};
+inline caf::behavior null_node_pool(caf::stateful_actor<null_node_state>* self, int devices) {
+  return {
+      [=](evaluate_atom, const std::string& job_bytes, const std::string&) {
+        ++self->state.requests;
+        auto j = decode_job(job_bytes);
+        if (!j) {
+          ++self->state.undecodable;
+          outcome bad;
+          bad.message = "null pool: " + j.message();
+          return encode(bad);
+        }
+        outcome o = make_outcome(*j, outcome_kind::correct, "");
+        timings t;
+        t.median_ms = t.min_ms = 1;
+        t.trials = 1;
+        o.time = t;
+        return encode(o);
+      },
+      [=](stats_atom) {
+        auto& st = self->state;
+        auto rows = nlohmann::json::array(); // one per device: the router weighs by their count
+        for (int d = 0; d < devices; ++d) rows.push_back({{"device", d}});
+        return nlohmann::json{{"backend", "null"},
+                              {"device_name", "null"},
+                              {"devices", rows},
+                              {"requests", st.requests},
+                              {"outcomes", {{"correct", st.requests - st.undecodable}}},
+                              {"cpu_s", cpu_seconds()}}
+            .dump();
+      },
+  };
 }
 
 // `kiln bench rollout --policy llm-mock` (app/cmd_bench_rollout_llm.cpp).

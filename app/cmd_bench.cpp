@@ -198,6 +198,7 @@ nlohmann::json bench_boundary(caf::actor_system& sys, const pool_config& cfg) {
 int cmd_bench(const common_args& common, const bench_args& args) {
   if (args.what == "rollout") return cmd_bench_rollout(common, args);
   if (args.what == "learner") return cmd_bench_learner(common, args);
+  if (args.what == "router") return cmd_bench_router(common, args);
   if (args.what != "pool") {
     spdlog::error("kiln bench {}: not in this build yet (pool is)", args.what);
     return 2;

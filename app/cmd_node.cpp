@@ -5,6 +5,7 @@
 //   kiln run --(evaluate job, program)--> middleman ==> this node's pool --> outcome back
 #include "actors/actor_system_setup.hpp"
 #include "actors/basp_guard.hpp"
+#include "app/bench_probes.hpp"
 #include "app/commands.hpp"
 #include "app/eval_runner.hpp"
 #include "gpu_pool/device_pool.hpp"
@@ -74,12 +75,20 @@ caf::expected<uint16_t> publish_pool(caf::actor_system& sys, const caf::actor& p
 
 int cmd_node(const common_args& common, const node_args& args) {
   int threads = configure_threads(common.threads);
-  auto cfg =
-      make_pool_config(args.backend, args.cache_dir.empty() ? default_cache_dir() : args.cache_dir,
-                       args.devices, args.compile_workers, args.first_device);
+  // --backend null: a pool that answers at once (app/bench_probes.hpp), for `kiln bench router`.
+  const bool null_backend = args.backend == "null";
+  auto cfg = null_backend
+                 ? expected<pool_config>(pool_config{})
+                 : make_pool_config(args.backend,
+                                    args.cache_dir.empty() ? default_cache_dir() : args.cache_dir,
+                                    args.devices, args.compile_workers, args.first_device);
   if (!cfg) {
     spdlog::error("kiln node: {}", cfg.message());
     return 2;
+  }
+  if (null_backend) {
+    cfg->devices = std::max(1, args.devices);
+    cfg->device_name = "null";
   }
   caf::actor_system_config sc;
   configure_actor_system(
@@ -91,7 +100,7 @@ int cmd_node(const common_args& common, const node_args& args) {
       return 2;
     }
   caf::actor_system sys{sc};
-  auto pool = spawn_device_pool(sys, *cfg);
+  auto pool = null_backend ? sys.spawn(null_node_pool, cfg->devices) : spawn_device_pool(sys, *cfg);
   // Plaintext: the middleman listens on loopback only, behind the frame guard on the public
   // address (actors/basp_guard.hpp). TLS: the handshake comes first, so CAF listens itself.
   auto port = tls ? publish_pool(sys, pool, static_cast<uint16_t>(args.port), args.bind, tls)
@@ -124,9 +133,9 @@ int cmd_node(const common_args& common, const node_args& args) {
                  args.bind);
   // One line on stdout that scripts can read the address from.
   std::printf("kiln node: %s pool, %d device%s (%s), published at %s:%u%s\n",
-              to_string(cfg->backend), cfg->devices, cfg->devices == 1 ? "" : "s",
-              cfg->device_name.c_str(), args.bind.c_str(), static_cast<unsigned>(public_port),
-              tls ? " (mutual TLS)" : "");
+              null_backend ? "null" : to_string(cfg->backend), cfg->devices,
+              cfg->devices == 1 ? "" : "s", cfg->device_name.c_str(), args.bind.c_str(),
+              static_cast<unsigned>(public_port), tls ? " (mutual TLS)" : "");
   std::fflush(stdout);
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);

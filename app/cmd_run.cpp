@@ -309,6 +309,8 @@ int cmd_run(const common_args& common, const run_args& args) {
   std::printf("run directory: %s\n", run_dir->c_str());
   if (summary.contains("rollout") && summary["rollout"].value("interrupted", false))
     return 130; // the shell's code for an interrupted command; the run directory is complete
+  if (summary.contains("rollout") && summary["rollout"].value("sink_refused", false))
+    return 1; // the trajectories had nowhere to go; the run directory says why
   return bad == 0 ? 0 : 1;
 }
 

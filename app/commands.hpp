@@ -115,8 +115,9 @@ struct bench_args {
   int devices = 1;
   int compile_workers = 2;
   int compiles = 24; // distinct random programs for compile latency
-  int jobs = 200;    // verify jobs at saturation
+  int jobs = 200;    // verify jobs at saturation (router: jobs in all)
   int in_flight = 8;
+  std::vector<std::string> remote; // router (app/cmd_bench_router.cpp): the nodes it spreads over
   // rollout (app/cmd_bench_rollout.cpp)
   int episodes = 10000;          // concurrent episodes (null pool) / episodes in total (cpu pool)
   int turns = 16;                // turns per episode
@@ -139,6 +140,7 @@ struct bench_args {
 int cmd_bench(const common_args& common, const bench_args& args);
 int cmd_bench_rollout(const common_args& common, const bench_args& args);
 int cmd_bench_learner(const common_args& common, const bench_args& args);
+int cmd_bench_router(const common_args& common, const bench_args& args);
 
 // `kiln learner`: the learner as its own process (app/cmd_learner.cpp).
 struct learner_args {
@@ -148,6 +150,13 @@ struct learner_args {
   std::string resume;    // override learner.resume ("latest" or a file)
 };
 int cmd_learner(const common_args& common, const learner_args& args);
+
+// `kiln keys NAME... --out DIR`: CurveZMQ key pairs for the [curve] keys (app/cmd_keys.cpp).
+struct keys_args {
+  std::vector<std::string> names;
+  std::string out = "keys";
+};
+int cmd_keys(const keys_args& args);
 
 // `kiln report RUN_DIR|EVAL.json ... --out report.html` (app/cmd_report.cpp).
 struct report_args {

@@ -217,7 +217,12 @@ expected<program> checkpoint_program(const task& t, const policy_spec& p) {
 
 eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, uint64_t seed) {
   eval_row r = task_row(t);
-  auto base = pool.run(make_job(t, job_kind::baseline));
+  // The reference is trusted code: it may take what it takes (KernelBench's conv_transpose
+  // problems run ~10 s per call on cpu even at batch 1). A submission then gets time in
+  // proportion to the reference's cost: 60 calls' worth (checks, warm-up, trials) past the base.
+  auto bj = make_job(t, job_kind::baseline);
+  bj.timeout_s = 900;
+  auto base = pool.run(bj);
   if (base.kind != outcome_kind::correct || !base.time) {
     r.outcome = "baseline_failed";
     r.message = base.message;
@@ -254,7 +259,9 @@ eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, u
     prog = expert_program(t, pool.backend());
   }
   if (submission.empty()) submission = r.program = print(prog);
-  auto o = pool.run(make_job(t, job_kind::evaluate), submission);
+  auto ej = make_job(t, job_kind::evaluate);
+  ej.timeout_s = std::max(ej.timeout_s, ej.timeout_s + 60 * r.eager_ms / 1000);
+  auto o = pool.run(ej, submission);
   r.outcome = to_string(o.kind);
   r.correct = o.kind == outcome_kind::correct && o.time.has_value();
   if (r.correct) {

@@ -136,7 +136,9 @@ int main(int argc, char** argv) {
   kiln::node_args node;
   auto* nd = app.add_subcommand(
       "node", "publish this machine's pool for kiln run / kiln eval elsewhere (until Ctrl-C)");
-  nd->add_option("--backend", node.backend, "cpu or cuda")->capture_default_str();
+  nd->add_option("--backend", node.backend,
+                 "cpu, cuda, or null (answers every job at once: for `kiln bench router`)")
+      ->capture_default_str();
   nd->add_option("--devices", node.devices, "device actors (cuda: GPUs, 0 = all)")
       ->capture_default_str();
   nd->add_option("--first-device", node.first_device, "cuda: the first GPU")->capture_default_str();
@@ -171,7 +173,7 @@ int main(int argc, char** argv) {
 
   kiln::bench_args bench;
   auto* be = app.add_subcommand("bench", "throughput figures: pool, rollout");
-  be->add_option("what", bench.what, "pool | rollout | learner")->required();
+  be->add_option("what", bench.what, "pool | rollout | learner | router")->required();
   be->add_flag("--json", bench.json, "print one JSON object");
   be->add_option("--suite", bench.suites, "tasks to run (default: data/suites/level1/cpu)");
   be->add_option("--backend", bench.backend, "cpu or cuda")->capture_default_str();
@@ -183,6 +185,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   be->add_option("--jobs", bench.jobs, "verify jobs at saturation")->capture_default_str();
   be->add_option("--in-flight", bench.in_flight, "requests in flight")->capture_default_str();
+  be->add_option(
+      "--remote", bench.remote,
+      "router: a `kiln node` (HOST:PORT; --backend null for the router alone), repeated");
   be->add_option("--episodes", bench.episodes, "rollout: concurrent episodes (cpu pool: total)")
       ->capture_default_str();
   be->add_option("--turns", bench.turns, "rollout: turns per episode")->capture_default_str();
@@ -228,9 +233,17 @@ int main(int argc, char** argv) {
   lrn->add_option("config", learner.config,
                   "config file ([learner], [tasks]; default: quickstart)");
   lrn->add_option("--set", learner.overrides, "override a config key: KEY=VALUE (TOML value)");
-  lrn->add_option("--pull", learner.pull, "trajectory PULL endpoint (e.g. tcp://*:5557)");
-  lrn->add_option("--pub", learner.pub, "weights PUB endpoint (e.g. tcp://*:5558)");
+  lrn->add_option("--pull", learner.pull,
+                  "trajectory PULL endpoint (tcp://*:5557 for other hosts: needs [curve] keys)");
+  lrn->add_option("--pub", learner.pub,
+                  "weights PUB endpoint (tcp://*:5558 for other hosts: needs [curve] keys)");
   lrn->add_option("--resume", learner.resume, "latest, or a checkpoint file");
+
+  kiln::keys_args keys;
+  auto* kys = app.add_subcommand(
+      "keys", "CurveZMQ key pairs for [curve]: NAME.key (secret, 0600) and NAME.pub per name");
+  kys->add_option("names", keys.names, "one key pair per name (e.g. learner rollout1)")->required();
+  kys->add_option("--out", keys.out, "folder for the key files")->capture_default_str();
 
   kiln::synth_args synth;
   auto* syn =
@@ -301,6 +314,7 @@ int main(int argc, char** argv) {
     return kiln::cmd_bench(common, bench);
   }
   if (*lrn) return kiln::cmd_learner(common, learner);
+  if (*kys) return kiln::cmd_keys(keys);
   if (*exe) return kiln::executor_main(exec);
   return 2;
 }

@@ -1,5 +1,6 @@
 #include "app/run_config.hpp"
 
+#include "channels/curve_config.hpp"
 #include "kiln/embedded_config.hpp"
 
 namespace kiln {
@@ -66,6 +67,13 @@ expected<run_config> read_run_config(config_reader& r) {
   l.backoff_s = r.real("llm.backoff_s", l.backoff_s);
   l.version_endpoint = r.string("llm.version_endpoint", "");
   c.llm_eta = static_cast<int>(r.integer("llm.eta", c.llm_eta, -1, 1 << 20));
+  // [curve]: one set of keys for every ZeroMQ channel this process binds or connects.
+  c.curve.secret_key = r.path("curve.secret_key", "");
+  c.curve.server_key = r.path("curve.server_key", "");
+  c.curve.authorized = r.path("curve.authorized", "");
+  c.curve.allow_plaintext = r.boolean("curve.allow_plaintext", false);
+  c.learner.curve = c.curve;
+  l.curve = c.curve;
   c.eval_after_training = r.boolean("eval.after_training", c.eval_after_training);
   c.eval_held_out = r.paths("eval.held_out_suites", {});
   c.eval_after_max_tasks = r.integer("eval.after_max_tasks", 0, 0);
@@ -84,6 +92,19 @@ expected<run_config> read_run_config(config_reader& r) {
   if (c.peer_timeout_ms > 0 && c.peer_timeout_ms <= c.peer_heartbeat_ms)
     return error{c.origin + ": key 'pool.peer_timeout_ms': must exceed pool.peer_heartbeat_ms "
                             "(or be 0), else every quiet peer times out"};
+  if (!c.curve.enabled() && (!c.curve.server_key.empty() || !c.curve.authorized.empty()))
+    return error{c.origin + ": key 'curve.secret_key': needed with curve.server_key or "
+                            "curve.authorized (this process's own key)"};
+  if (!c.curve.enabled() && !c.curve.allow_plaintext)
+    for (const auto& [key, endpoint] :
+         {std::pair<const char*, const std::string&>{"rollout.sink", c.rollout_sink},
+          {"llm.version_endpoint", c.llm.version_endpoint},
+          {"learner.pull_endpoint", c.learner.pull_endpoint},
+          {"learner.pub_endpoint", c.learner.pub_endpoint}})
+      if (!endpoint.empty() && !is_loopback_endpoint(endpoint))
+        return error{c.origin + ": key '" + key + "': " + endpoint +
+                     " would carry plaintext off this host: set the [curve] keys (make them with "
+                     "`kiln keys`), or curve.allow_plaintext = true on a trusted network"};
   if (!c.local_pool && c.remote.empty())
     return error{c.origin +
                  ": key 'pool.local': false needs pool.remote (some pool must run jobs)"};

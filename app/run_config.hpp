@@ -64,6 +64,9 @@ struct run_config {
   // PULLs them: tcp://HOST:PORT or ipc://PATH; bound here, or connected to the trainer's bound
   // PULL; empty: only to the hosted learner, if any.
   std::string rollout_sink;
+  // [curve]: CurveZMQ keys of the ZeroMQ channels (rollout.sink, llm.version_endpoint, the
+  // learner's PULL and PUB): channels/curve_config.hpp. Without keys, loopback only.
+  curve_config curve;
   bool rollout_sink_bind = true;
   int rollout_sink_hwm = 1000;
   // [llm]: the LLM policy of rollout.policy = "llm" (llm/llm_policy_server.hpp); the bearer token

@@ -123,6 +123,7 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
     lc.metrics_path = run_dir + "/learner.jsonl";
     lc.pull_endpoint = endpoint;
     lc.pub_endpoint.clear(); // in-process weights
+    lc.curve = {};           // its PULL is this process's private ipc path
     auto l = learner::create(lc, tasks);
     if (!l) return error{"learner: " + l.message()};
     learn = std::move(*l);
@@ -160,7 +161,8 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   // external trainer as well (or alone, for expert / random / llm policies).
   sink_config skc;
   skc.outputs.clear();
-  if (hosted) skc.outputs.push_back({endpoint, false, 1000});
+  skc.curve = cfg.curve;
+  if (hosted) skc.outputs.push_back({endpoint, false, 1000, true});
   if (!cfg.rollout_sink.empty())
     skc.outputs.push_back({cfg.rollout_sink, cfg.rollout_sink_bind, cfg.rollout_sink_hwm});
   caf::actor sink;
@@ -420,6 +422,13 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   if (sink) self->send_exit(sink, caf::exit_reason::user_shutdown);
   ::unlink(endpoint.substr(6).c_str());
   if (!failure.empty()) return error{"rollout: " + failure};
+  if (summary.contains("sink") && summary["sink"].is_object() &&
+      summary["sink"].value("channel", json::object()).value("refused_by_server", 0) > 0) {
+    summary["sink_refused"] = true; // cmd_run exits non-zero after writing summary.json
+    spdlog::error("rollout.sink: the consumer refused this process's CURVE key: the trajectories "
+                  "were not delivered ({} refused at the sink)",
+                  summary["sink"].value("failed", 0));
+  }
   summary["seconds"] = elapsed();
   double turns = num(summary, "turns");
   spdlog::info("rollout done: {:.0f} episodes in {:.0f} s | pass {:.1f}% | mean reward {:+.3f} | "

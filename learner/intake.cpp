@@ -9,6 +9,7 @@ namespace kiln {
 
 struct zmq_context_holder {
   zmq::context_t ctx{1};
+  std::unique_ptr<channel_guard> guard; // destroyed before the context
 };
 
 bool trajectory_queue::push(trajectory t) {
@@ -137,14 +138,19 @@ std::optional<trajectory> intake::accept_frame(const char* data, size_t size) {
   return std::move(*t);
 }
 
-status intake::start(const std::string& endpoint, int rcvhwm) {
+status intake::start(const std::string& endpoint, int rcvhwm, const curve_config& curve) {
   if (thread_.joinable()) return error{"intake already started"};
+  zmq_ = std::make_unique<zmq_context_holder>();
+  auto g = channel_guard::create(zmq_->ctx, curve, "learner PULL");
+  if (!g) return error{"learner intake: " + g.message()};
+  zmq_->guard = std::move(*g);
   try {
-    zmq_ = std::make_unique<zmq_context_holder>();
     auto sock = std::make_unique<zmq::socket_t>(zmq_->ctx, zmq::socket_type::pull);
     sock->set(zmq::sockopt::rcvhwm, rcvhwm);
     sock->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits_.max_bytes));
     sock->set(zmq::sockopt::linger, 0);
+    if (auto st = zmq_->guard->secure(*sock, endpoint, true); !st)
+      return error{"learner intake: PULL: " + st.message()};
     sock->bind(endpoint);
     stop_ = false;
     thread_ = std::thread([this, s = sock.release()] {
@@ -182,12 +188,28 @@ void intake::stop() {
     queue_->close(); // unblocks a push waiting on a full queue
     thread_.join();
   }
+  if (zmq_ && zmq_->guard) { // the counters outlive the socket
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.channel = zmq_->guard->counters();
+    stats_.curve = zmq_->guard->curve();
+    final_channel_ = zmq_->guard->summary();
+  }
   zmq_.reset();
 }
 
 intake_stats intake::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
-  return stats_;
+  auto s = stats_;
+  if (zmq_ && zmq_->guard) {
+    s.channel = zmq_->guard->counters();
+    s.curve = zmq_->guard->curve();
+  }
+  return s;
+}
+
+std::string intake::channel_summary() const {
+  if (zmq_ && zmq_->guard) return zmq_->guard->summary();
+  return final_channel_.empty() ? "not started" : final_channel_;
 }
 
 } // namespace kiln

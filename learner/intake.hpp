@@ -4,6 +4,7 @@
 // In-process hosts (kiln run) push trajectories straight into the queue instead.
 #pragma once
 
+#include "channels/channel_guard.hpp"
 #include "data/expected.hpp"
 #include "rollout/trajectory.hpp"
 
@@ -50,6 +51,8 @@ status check_consistency(const trajectory& t);
 struct intake_stats {
   uint64_t frames = 0, accepted = 0, rejected = 0;
   std::map<std::string, uint64_t> reasons; // first words of the error -> count
+  channel_counters channel;                // handshakes on the PULL socket
+  bool curve = false;
 };
 
 class intake {
@@ -62,10 +65,11 @@ public:
   // The whole decode path of one frame (what the socket thread runs): decode, check, count, log.
   std::optional<trajectory> accept_frame(const char* data, size_t size);
 
-  // Binds PULL at `endpoint` and starts the owner thread.
-  status start(const std::string& endpoint, int rcvhwm = 1000);
+  // Binds PULL at `endpoint` (a CURVE server when `curve` has keys) and starts the owner thread.
+  status start(const std::string& endpoint, int rcvhwm = 1000, const curve_config& curve = {});
   void stop();
   intake_stats stats() const;
+  std::string channel_summary() const;
 
 private:
   void reject(const std::string& why);
@@ -77,6 +81,7 @@ private:
   intake_stats stats_;
   std::chrono::steady_clock::time_point last_log_{};
   uint64_t suppressed_ = 0;
+  std::string final_channel_; // the guard's summary once stopped
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::unique_ptr<struct zmq_context_holder> zmq_;

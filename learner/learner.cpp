@@ -3,12 +3,12 @@
 #include "learner/advantages.hpp"
 #include "learner/model_impl.hpp"
 #include "learner/ppo.hpp"
+#include "learner/weight_publisher.hpp"
 #include "rollout/token_space.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
-#include <zmq.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -216,16 +216,13 @@ struct learner::impl {
   std::shared_ptr<weight_slot> slot = std::make_shared<weight_slot>();
   std::shared_ptr<trajectory_queue> queue;
   std::unique_ptr<intake> in;
-  std::unique_ptr<zmq::context_t> zctx;
-  std::unique_ptr<zmq::socket_t> pub;
+  std::unique_ptr<weight_publisher> pub;
   std::thread thread;
   std::atomic<bool> stop_flag{false}, finished{false};
   std::function<void(const update_metrics&)> cb;
   std::ofstream metrics_out;
   std::mt19937_64 rng;
   std::vector<sample> sft_samples;
-  std::string last_msg; // the newest weight message, re-sent to late SUB joiners
-  clock_type::time_point last_pub{};
 
   double lr_at(int64_t s) const {
     double base = cfg.lr;
@@ -258,18 +255,6 @@ struct learner::impl {
   void emit(const update_metrics& m) {
     if (metrics_out.is_open()) metrics_out << to_json(m) << '\n' << std::flush;
     if (cb) cb(m);
-  }
-
-  // PUB drops messages for subscribers that are not connected yet: the newest weights are sent
-  // again every second while idle (subscribers skip a version they already have).
-  void send_last() {
-    if (!pub || last_msg.empty()) return;
-    try {
-      pub->send(zmq::buffer(last_msg), zmq::send_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      spdlog::warn("learner: weight publish failed: {}", e.what());
-    }
-    last_pub = clock_type::now();
   }
 
   bool value_stage() const {
@@ -589,10 +574,7 @@ void learner::publish() {
   auto blob = std::make_shared<weight_blob>();
   blob->version = s.version;
   blob->bytes = save_weights(s.model);
-  if (s.pub) {
-    s.last_msg = encode_weight_message(*blob);
-    s.send_last();
-  }
+  if (s.pub) s.pub->publish(encode_weight_message(*blob));
   s.slot->publish(std::move(blob));
 }
 
@@ -788,18 +770,12 @@ status learner::start() {
     lim.vocab_size = vocab_size();
     lim.max_tokens = static_cast<size_t>(s.cfg.model.max_len);
     s.in = std::make_unique<intake>(lim, s.queue);
-    if (auto st = s.in->start(s.cfg.pull_endpoint); !st) return st;
+    if (auto st = s.in->start(s.cfg.pull_endpoint, 1000, s.cfg.curve); !st) return st;
   }
   if (!s.cfg.pub_endpoint.empty()) {
-    try {
-      s.zctx = std::make_unique<zmq::context_t>(1);
-      s.pub = std::make_unique<zmq::socket_t>(*s.zctx, zmq::socket_type::pub);
-      s.pub->set(zmq::sockopt::linger, 0);
-      s.pub->set(zmq::sockopt::sndhwm, 4);
-      s.pub->bind(s.cfg.pub_endpoint);
-    } catch (const zmq::error_t& e) {
-      return error{"learner: cannot bind PUB at '" + s.cfg.pub_endpoint + "': " + e.what()};
-    }
+    auto p = weight_publisher::bind(s.cfg.pub_endpoint, s.cfg.curve);
+    if (!p) return p.err();
+    s.pub = std::move(*p);
   }
   s.stop_flag = false;
   s.finished = false;
@@ -818,7 +794,7 @@ status learner::start() {
         return s.cfg.max_updates > 0 && s.ppo_updates >= s.cfg.max_updates;
       };
       while (!s.stop_flag && !done()) {
-        if (clock_type::now() - s.last_pub > std::chrono::seconds(1)) s.send_last();
+        if (s.pub) s.pub->resend_if_idle();
         if (auto t = s.queue->pop(std::chrono::milliseconds(50))) {
           offer(*t);
           while (pending() < static_cast<size_t>(s.cfg.batch_size))
@@ -852,15 +828,20 @@ void learner::stop() {
   s.stop_flag = true;
   s.queue->close();
   s.thread.join();
-  if (s.in) s.in->stop();
+  if (s.in) {
+    s.in->stop();
+    if (s.cfg.curve.enabled())
+      spdlog::info("learner: trajectories channel {}", s.in->channel_summary());
+  }
   if (!s.cfg.checkpoint_dir.empty()) {
     if (auto c = save_checkpoint(); !c)
       spdlog::error("{}", c.message());
     else
       spdlog::info("learner: checkpoint {}", *c);
   }
+  if (s.pub && s.cfg.curve.enabled())
+    spdlog::info("learner: weights channel {}", s.pub->channel_summary());
   s.pub.reset();
-  s.zctx.reset();
 }
 
 } // namespace kiln

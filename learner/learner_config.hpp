@@ -2,6 +2,7 @@
 // Torch-free so the config reader and the CLI can include it.
 #pragma once
 
+#include "channels/curve_config.hpp"
 #include "learner/model.hpp"
 
 #include <cstdint>
@@ -70,6 +71,7 @@ struct learner_config {
   // Streams.
   std::string pull_endpoint; // empty: in-process queue only
   std::string pub_endpoint;  // empty: in-process weight slot only
+  curve_config curve;        // both are CURVE servers when it has keys ([curve])
   int queue_capacity = 4096;
   std::string backend = "cpu"; // whose expert programs feed the sft stage
   std::string device = "cpu";  // where the learner trains: cpu | cuda | cuda:N

@@ -1,5 +1,6 @@
 #include "learner/model_policy.hpp"
 
+#include "channels/channel_guard.hpp"
 #include "learner/model_impl.hpp"
 #include "rollout/token_space.hpp"
 
@@ -29,7 +30,8 @@ struct model_policy::impl {
   int64_t rows_cap = 0, time_cap = 0;
   std::unordered_map<uint64_t, cache_row> rows;
   std::vector<int64_t> free_rows;
-  std::unique_ptr<zmq::context_t> zctx;
+  std::unique_ptr<zmq::context_t> zctx; // destroyed last: after the socket and the guard
+  std::unique_ptr<channel_guard> guard;
   std::unique_ptr<zmq::socket_t> sub;
   bool warned_len = false;
 
@@ -100,12 +102,17 @@ expected<std::unique_ptr<model_policy>> model_policy::create(const model_policy_
   p->model->to(p->dev);
   p->model->eval();
   if (!opt.sub_endpoint.empty()) {
+    p->zctx = std::make_unique<zmq::context_t>(1);
+    auto g = channel_guard::create(*p->zctx, opt.curve, "model policy SUB");
+    if (!g) return error{"model policy: " + g.message()};
+    p->guard = std::move(*g);
     try {
-      p->zctx = std::make_unique<zmq::context_t>(1);
       p->sub = std::make_unique<zmq::socket_t>(*p->zctx, zmq::socket_type::sub);
       p->sub->set(zmq::sockopt::conflate, 1); // only the newest weights matter
       p->sub->set(zmq::sockopt::linger, 0);
       p->sub->set(zmq::sockopt::subscribe, "KLNW");
+      if (auto st = p->guard->secure(*p->sub, opt.sub_endpoint, false); !st)
+        return error{"model policy: SUB: " + st.message()};
       p->sub->connect(opt.sub_endpoint);
     } catch (const zmq::error_t& e) {
       return error{"model policy: SUB '" + opt.sub_endpoint + "': " + e.what()};

@@ -6,6 +6,7 @@
 // so a token costs O(1) cache writes however long its context. LibTorch stays behind the pimpl.
 #pragma once
 
+#include "channels/curve_config.hpp"
 #include "data/expected.hpp"
 #include "learner/model.hpp"
 #include "learner/weights.hpp"
@@ -25,6 +26,7 @@ struct model_policy_options {
   double temperature = 1.0;          // 0: greedy (log-probs then at temperature 1)
   std::shared_ptr<weight_slot> slot; // in-process weights (kiln run)
   std::string sub_endpoint;          // or ZeroMQ SUB to the learner's PUB
+  curve_config curve;                // the SUB is a CURVE client when it has keys
   std::string name = "model";
   std::string device = "cpu"; // cpu | cuda | cuda:N (weights load onto it, whatever wrote them)
 };

@@ -2,6 +2,7 @@
 // client's limits. Read from `kiln eval --llm-*` flags and from a run config's [llm] section.
 #pragma once
 
+#include "channels/curve_config.hpp"
 #include "skills/expert.hpp"
 
 #include <string>
@@ -24,6 +25,7 @@ struct llm_policy_config {
   // Where an external trainer announces the weight version its servers run (ZeroMQ PUB, the
   // weights channel's frame with no weights: learner/weights.hpp); empty: version 0 throughout.
   std::string version_endpoint;
+  curve_config curve; // the version SUB is a CURVE client when it has keys ([curve])
 };
 
 } // namespace kiln

@@ -1,6 +1,7 @@
 #include "llm/llm_policy_server.hpp"
 
 #include "actors/messages.hpp"
+#include "channels/channel_guard.hpp"
 #include "data/utf8.hpp"
 #include "learner/weights.hpp"
 #include "llm/chat_api.hpp"
@@ -49,6 +50,18 @@ struct conversation {
   std::chrono::steady_clock::time_point asked;
 };
 
+// The version announcements' SUB, its guard and context, closed in that order.
+struct version_channel {
+  std::unique_ptr<zmq::context_t> ctx;
+  std::unique_ptr<channel_guard> guard;
+  std::unique_ptr<zmq::socket_t> sub;
+  ~version_channel() {
+    sub.reset();
+    guard.reset();
+    ctx.reset();
+  }
+};
+
 struct llm_state {
   llm_policy_config cfg;
   chat_options chat;
@@ -59,13 +72,12 @@ struct llm_state {
   int64_t answers = 0, malformed = 0, no_block = 0, tokenizations = 0;
   int64_t version = 0, announcements = 0, bad_announcements = 0;
   std::vector<caf::actor> subscribers;
-  std::unique_ptr<zmq::context_t> zctx;
-  std::unique_ptr<zmq::socket_t> sub; // the trainer's version announcements
+  std::shared_ptr<version_channel> versions;
+  zmq::socket_t* sub = nullptr; // the trainer's version announcements (versions->sub)
   static inline const char* name = "kiln.llm_policy_server";
   ~llm_state() {
     client.reset();
-    sub.reset();
-    zctx.reset();
+    versions.reset();
   }
 };
 using llm_actor = caf::stateful_actor<llm_state>;
@@ -255,8 +267,7 @@ void poll_versions(llm_actor* self) {
 }
 
 caf::behavior llm_server(llm_actor* self, llm_policy_config cfg,
-                         std::shared_ptr<std::unique_ptr<zmq::socket_t>> sub,
-                         std::shared_ptr<std::unique_ptr<zmq::context_t>> zctx) {
+                         std::shared_ptr<version_channel> versions) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.token_ids = st.cfg.api != "chat";
@@ -265,8 +276,8 @@ caf::behavior llm_server(llm_actor* self, llm_policy_config cfg,
   st.chat.temperature = st.cfg.temperature;
   st.system_prompt = llm_system_prompt(st.cfg.backend);
   st.system_json = message_json({"system", st.system_prompt});
-  st.zctx = std::move(*zctx);
-  st.sub = std::move(*sub);
+  st.versions = std::move(versions);
+  st.sub = st.versions ? st.versions->sub.get() : nullptr;
   http_client_options ho;
   ho.endpoints = st.cfg.endpoints;
   ho.max_in_flight = st.cfg.max_in_flight;
@@ -344,21 +355,27 @@ expected<caf::actor> spawn_llm_policy_server(caf::actor_system& sys, llm_policy_
   if (cfg.api != "chat" && cfg.api != "vllm" && cfg.api != "sglang")
     return error{"llm api '" + cfg.api + "': expected chat, vllm or sglang"};
   if (cfg.endpoints.empty()) return error{"llm: no endpoint"};
-  auto zctx = std::make_shared<std::unique_ptr<zmq::context_t>>();
-  auto sub = std::make_shared<std::unique_ptr<zmq::socket_t>>();
+  std::shared_ptr<version_channel> versions;
   if (!cfg.version_endpoint.empty()) {
+    versions = std::make_shared<version_channel>();
+    versions->ctx = std::make_unique<zmq::context_t>(1);
+    auto g = channel_guard::create(*versions->ctx, cfg.curve, "llm version SUB");
+    if (!g) return error{"llm version_endpoint: " + g.message()};
+    versions->guard = std::move(*g);
     try {
-      *zctx = std::make_unique<zmq::context_t>(1);
-      *sub = std::make_unique<zmq::socket_t>(**zctx, zmq::socket_type::sub);
-      (*sub)->set(zmq::sockopt::conflate, 1); // only the newest announcement matters
-      (*sub)->set(zmq::sockopt::linger, 0);
-      (*sub)->set(zmq::sockopt::subscribe, "");
-      (*sub)->connect(cfg.version_endpoint);
+      versions->sub = std::make_unique<zmq::socket_t>(*versions->ctx, zmq::socket_type::sub);
+      auto& sub = *versions->sub;
+      sub.set(zmq::sockopt::conflate, 1); // only the newest announcement matters
+      sub.set(zmq::sockopt::linger, 0);
+      sub.set(zmq::sockopt::subscribe, "");
+      if (auto st = versions->guard->secure(sub, cfg.version_endpoint, false); !st)
+        return error{"llm version_endpoint: " + st.message()};
+      sub.connect(cfg.version_endpoint);
     } catch (const zmq::error_t& e) {
       return error{"llm version_endpoint '" + cfg.version_endpoint + "': " + e.what()};
     }
   }
-  return sys.spawn(llm_server, std::move(cfg), sub, zctx);
+  return sys.spawn(llm_server, std::move(cfg), std::move(versions));
 }
 
 } // namespace kiln

@@ -5,7 +5,9 @@ model's tokens, 0 on observations between turns), the behaviour log-probs, and t
 
 A trainer PULLs what `kiln run` pushes to rollout.sink:
     python3 tools/kiln_trajectories.py tcp://127.0.0.1:5560 --count 100 --jsonl samples.jsonl
-(--bind when the run connects to the trainer: rollout.sink_bind = false). As a module:
+(--bind when the run connects to the trainer: rollout.sink_bind = false). With CurveZMQ ([curve]
+keys, `kiln keys`): --curve-secret KEY and either --curve-server RUN.pub (connecting) or, with
+--bind, --curve-authorized (a .pub file or a folder of them: the runs let in). As a module:
     decode(frame) -> dict (checked), trainer_sample(traj) -> dict
 Uses python3-zmq and python3-msgpack from Debian.
 """
@@ -107,6 +109,49 @@ def trainer_sample(t):
     }
 
 
+def read_key(path):
+    """A `kiln keys` file: 40 characters of Z85 on one line."""
+    with open(path) as f:
+        key = f.read().strip()
+    if len(key) != 40:
+        raise SystemExit("%s: not a CurveZMQ key (%d characters, a Z85 key has 40)" % (path, len(key)))
+    return key.encode()
+
+
+def secure(sock, ctx, a):
+    """CURVE options for the PULL: a client of the run's bound sink, or (--bind) a server whose
+    ZAP handler lets in only the authorized keys."""
+    import os
+    import zmq
+    secret = read_key(a.curve_secret)
+    sock.curve_secretkey = secret
+    sock.curve_publickey = zmq.curve_public(secret)
+    if not a.bind:
+        if not a.curve_server:
+            raise SystemExit("--curve-secret without --bind needs --curve-server (the run's .pub)")
+        sock.curve_serverkey = read_key(a.curve_server)
+        return None
+    if not a.curve_authorized:
+        raise SystemExit("--curve-secret with --bind needs --curve-authorized (the runs' .pub keys)")
+    path = a.curve_authorized
+    files = [os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".pub")] \
+        if os.path.isdir(path) else [path]
+    allowed = {read_key(f) for f in files}
+    from zmq.auth.thread import ThreadAuthenticator
+
+    class Keys:
+        def callback(self, domain, key):
+            if key not in allowed:
+                print("refused a run whose key %s is not authorized" % key.decode(), file=sys.stderr)
+            return key in allowed
+
+    auth = ThreadAuthenticator(ctx)
+    auth.start()
+    auth.configure_curve_callback(domain="*", credentials_provider=Keys())
+    sock.curve_server = True
+    return auth
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("endpoint")
@@ -114,9 +159,14 @@ def main():
     ap.add_argument("--count", type=int, default=0, help="stop after N trajectories (0: never)")
     ap.add_argument("--jsonl", help="append each trainer sample as one JSON line")
     ap.add_argument("--timeout", type=float, default=0, help="stop after S idle seconds (0: never)")
+    ap.add_argument("--curve-secret", help="this trainer's secret key file (kiln keys)")
+    ap.add_argument("--curve-server", help="connecting: the run's public key file")
+    ap.add_argument("--curve-authorized", help="--bind: the runs' .pub file or a folder of them")
     a = ap.parse_args()
     import zmq
-    sock = zmq.Context.instance().socket(zmq.PULL)
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.PULL)
+    auth = secure(sock, ctx, a) if a.curve_secret else None
     (sock.bind if a.bind else sock.connect)(a.endpoint)
     out = open(a.jsonl, "a") if a.jsonl else None
     got = bad = 0
@@ -138,6 +188,8 @@ def main():
             s["id"], s["task"], s["status"], s["reward"], len(s["response_ids"]),
             sum(s["response_mask"])))
     print("%d trajectories, %d bad frames" % (got, bad), file=sys.stderr)
+    if auth:
+        auth.stop()
 
 
 if __name__ == "__main__":

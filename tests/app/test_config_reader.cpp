@@ -89,3 +89,30 @@ TEST_CASE("a run config rejects a bad backend") {
   REQUIRE_FALSE(cfg.has_value());
   CHECK(contains(cfg.message(), "key 'run.backend': expected one of cpu, cuda, got 'tpu'"));
 }
+
+TEST_CASE("[curve]: key paths resolve against the config, and plaintext off loopback is refused") {
+  const std::string tasks = "[tasks]\nsuites = [\"s\"]\n";
+  auto r = parse(tasks + "[curve]\nsecret_key = \"keys/a.key\"\nserver_key = \"keys/b.pub\"\n"
+                         "[rollout]\nsink = \"tcp://10.0.0.2:5557\"\n");
+  auto cfg = read_run_config(r);
+  REQUIRE_MESSAGE(cfg.has_value(), cfg.message());
+  CHECK(cfg->curve.secret_key == "/base/keys/a.key");
+  CHECK(cfg->curve.server_key == "/base/keys/b.pub");
+  CHECK(cfg->learner.curve.secret_key == cfg->curve.secret_key); // `kiln learner` binds with it
+  CHECK(cfg->llm.curve.server_key == cfg->curve.server_key);     // the version SUB connects
+
+  auto plain = parse(tasks + "[rollout]\nsink = \"tcp://10.0.0.2:5557\"\n");
+  auto bad = read_run_config(plain);
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(contains(bad.message(), "key 'rollout.sink'"));
+  CHECK(contains(bad.message(), "plaintext off this host"));
+  auto wildcard = parse(tasks + "[learner]\npull_endpoint = \"tcp://*:5557\"\n");
+  CHECK(contains(read_run_config(wildcard).message(), "key 'learner.pull_endpoint'"));
+  auto loopback = parse(tasks + "[rollout]\nsink = \"tcp://127.0.0.1:5557\"\n");
+  CHECK(read_run_config(loopback).has_value());
+  auto allowed = parse(tasks + "[curve]\nallow_plaintext = true\n[rollout]\n"
+                               "sink = \"tcp://10.0.0.2:5557\"\n");
+  CHECK(read_run_config(allowed).has_value());
+  auto no_secret = parse(tasks + "[curve]\nauthorized = \"keys\"\n");
+  CHECK(contains(read_run_config(no_secret).message(), "curve.secret_key"));
+}

@@ -17,10 +17,11 @@ ip_co=10.77.0.1; ip_n1=10.77.0.11; ip_n2=10.77.0.12; port=4710
 peer=(--peer-heartbeat-ms 300 --peer-timeout-ms 2000)
 pids=()
 
+. "$(dirname "$0")/netns_hosts.sh"
 skip() { echo "netns_farm: SKIP: $*"; exit 77; }
 cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  for ns in "$co" "$n1" "$n2" "$sw"; do ip netns del "$ns" 2>/dev/null; done
+  netns_cleanup
 }
 trap cleanup EXIT
 fail() {
@@ -44,18 +45,10 @@ figure() { printf '%s\t%s\n' "$1" "$2" | tee -a "$out/figures.tsv"; }
 
 [ "$(id -u)" -eq 0 ] || skip "needs root for ip netns"
 command -v ip > /dev/null || skip "no ip (iproute2)"
-ip netns add "$sw" 2>/dev/null || skip "ip netns add is not allowed here"
-ip netns add "$co" && ip netns add "$n1" && ip netns add "$n2" || fail "ip netns add"
-ip -n "$sw" link add br0 type bridge && ip -n "$sw" link set br0 up && ip -n "$sw" link set lo up ||
-  fail "bridge"
-link_host() { # link_host NS NAME ADDR: NS's eth0 <-> the switch's port s-NAME
-  ip -n "$sw" link add "s-$2" type veth peer name eth0 netns "$1" &&
-    ip -n "$sw" link set "s-$2" master br0 && ip -n "$sw" link set "s-$2" up &&
-    ip -n "$1" addr add "$3/24" dev eth0 && ip -n "$1" link set eth0 up &&
-    ip -n "$1" link set lo up
-}
-link_host "$co" co "$ip_co" && link_host "$n1" n1 "$ip_n1" && link_host "$n2" n2 "$ip_n2" ||
-  fail "veth links"
+netns_switch "$sw"
+case $? in 0) ;; 1) skip "ip netns add is not allowed here" ;; *) fail "bridge" ;; esac
+netns_host "$co" co "$ip_co" && netns_host "$n1" n1 "$ip_n1" && netns_host "$n2" n2 "$ip_n2" ||
+  fail "hosts on the switch"
 
 start_node() { # start_node NS ADDR LOG: a node on the host's own address; sets $pid
   : >> "$out/$3.log" # before the node's own redirect, so the first grep finds the file
