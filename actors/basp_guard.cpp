@@ -31,12 +31,22 @@ constexpr std::size_t pending_cap = std::size_t{1} << 20; // stop reading a side
 struct conn {
   int peer = -1, up = -1;
   std::string name;             // the peer's address, for logs
+  std::string host;             // the peer's address without the port: its share of the slots
   std::string to_up, to_peer;   // bytes not yet written
   std::string frame;            // the peer's frame being received (header, then payload)
   uint64_t frame_size = 0;      // header + payload once the header is whole; 0 before
   bool first_frame = false;     // a whole frame arrived (the peer's handshake)
   clock_type::time_point since; // accepted, or when the frame being received began
 };
+
+std::string peer_host(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (a.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, host, sizeof host);
+  else if (a.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, host, sizeof host);
+  return host;
+}
 
 std::string peer_name(const sockaddr_storage& a) {
   char host[INET6_ADDRSTRLEN] = "?";
@@ -59,6 +69,7 @@ struct basp_guard::impl {
   basp_guard_options opts;
   int listen_fd = -1, epoll_fd = -1, wake_fd = -1;
   std::unordered_map<int, std::shared_ptr<conn>> by_fd;
+  std::unordered_map<std::string, int> per_host; // open connections per peer address
   std::vector<std::shared_ptr<conn>> conns;
   mutable std::mutex stats_mu;
   basp_guard_stats st;
@@ -95,6 +106,8 @@ struct basp_guard::impl {
         ::close(fd);
       }
     c->peer = c->up = -1;
+    if (auto it = per_host.find(c->host); it != per_host.end() && --it->second <= 0)
+      per_host.erase(it);
     conns.erase(std::remove(conns.begin(), conns.end(), c), conns.end());
   }
 
@@ -168,8 +181,14 @@ struct basp_guard::impl {
         return;
       }
       if (static_cast<int>(conns.size()) >= opts.max_connections) {
+        count(&basp_guard_stats::refused); // before the close a test (or a peer) can see
         ::close(fd);
-        count(&basp_guard_stats::refused);
+        continue;
+      }
+      std::string host = peer_host(addr);
+      if (auto it = per_host.find(host); it != per_host.end() && it->second >= opts.max_per_host) {
+        count(&basp_guard_stats::refused_host);
+        ::close(fd);
         continue;
       }
       int up = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -188,6 +207,8 @@ struct basp_guard::impl {
       c->peer = fd;
       c->up = up;
       c->name = peer_name(addr);
+      c->host = host;
+      ++per_host[host];
       c->since = clock_type::now();
       conns.push_back(c);
       by_fd[fd] = c;

@@ -5,7 +5,8 @@
 // is whole and only then passes it on unchanged, so the middleman never sees a length it has to
 // wait for. A header claiming more than max_payload (max_first_payload before the peer's first
 // frame, its handshake), frames buffered past budget_bytes over all peers, a frame not complete
-// within frame_ms (handshake_ms for the first), and connections past max_connections are cut.
+// within frame_ms (handshake_ms for the first), and connections past max_connections (or past
+// max_per_host from one address) are cut.
 //   peer --frames--> guard (whole frames, bounded) --same bytes--> 127.0.0.1:upstream (middleman)
 //   peer <--bytes-- guard <--bytes-- middleman
 // Over TLS (caf_openssl) nothing reaches BASP before the handshake authenticates the peer, so
@@ -30,17 +31,19 @@ struct basp_guard_options {
   uint32_t max_first_payload = uint32_t{64} << 10; // a client handshake is a few hundred bytes
   uint64_t budget_bytes = uint64_t{512} << 20;     // partial frames held for all peers together
   int max_connections = 256;
+  int max_per_host = 64; // one address cannot take every slot (a coordinator needs one or two)
   int handshake_ms = 10000;
   int frame_ms = 60000;
 };
 
 struct basp_guard_stats {
   int64_t accepted = 0;
-  int64_t refused = 0;     // past max_connections
-  int64_t oversize = 0;    // closed: a header claimed more than max_payload
-  int64_t too_slow = 0;    // closed: a frame not complete within handshake_ms / frame_ms
-  int64_t over_budget = 0; // closed: its partial frame would pass budget_bytes
-  int64_t upstream = 0;    // closed: the middleman could not be reached
+  int64_t refused = 0;      // past max_connections
+  int64_t refused_host = 0; // past max_per_host from one address
+  int64_t oversize = 0;     // closed: a header claimed more than max_payload
+  int64_t too_slow = 0;     // closed: a frame not complete within handshake_ms / frame_ms
+  int64_t over_budget = 0;  // closed: its partial frame would pass budget_bytes
+  int64_t upstream = 0;     // closed: the middleman could not be reached
 };
 
 // The BASP header fields the guard reads (caf/io/basp/header.hpp: 32 bytes, network byte

@@ -120,6 +120,7 @@ int cmd_node(const common_args& common, const node_args& args) {
     go.upstream_port = *port;
     go.max_payload = static_cast<uint32_t>(args.max_frame_mib) << 20;
     go.max_connections = args.max_peers;
+    go.max_per_host = args.max_peers_per_host;
     if (auto st = guard.start(go); !st) {
       spdlog::error("kiln node: {}", st.message());
       caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
@@ -156,9 +157,10 @@ int cmd_node(const common_args& common, const node_args& args) {
     (void)sys.middleman().unpublish(pool, *port);
     auto g = guard.stats();
     guarded = "; peers " + std::to_string(g.accepted) + " accepted, " + std::to_string(g.refused) +
-              " refused (full), " + std::to_string(g.oversize) + " oversize frames, " +
-              std::to_string(g.over_budget) + " over the budget, " + std::to_string(g.too_slow) +
-              " too slow to complete a frame";
+              " refused (full), " + std::to_string(g.refused_host) +
+              " refused (one address's share), " + std::to_string(g.oversize) +
+              " oversize frames, " + std::to_string(g.over_budget) + " over the budget, " +
+              std::to_string(g.too_slow) + " too slow to complete a frame";
   }
   std::printf("kiln node: stopped; %s%s\n", stats_line(ask_stats(sys, pool)).c_str(),
               guarded.c_str());

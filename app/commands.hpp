@@ -71,6 +71,7 @@ struct node_args {
   std::string tls_dir;            // mutual TLS: cert.pem, key.pem, ca.pem (enable_tls)
   int max_frame_mib = 64;         // plaintext: larger BASP frames close the connection
   int max_peers = 256;            // plaintext: connections past this are refused
+  int max_peers_per_host = 64;    // plaintext: and past this many from one address
 };
 int cmd_node(const common_args& common, const node_args& args);
 

@@ -162,6 +162,10 @@ int main(int argc, char** argv) {
   nd->add_option("--max-peers", node.max_peers, "without --tls: connections past this are refused")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
+  nd->add_option("--max-peers-per-host", node.max_peers_per_host,
+                 "without --tls: connections past this from one address are refused")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
 
   kiln::report_args report;
   auto* rep = app.add_subcommand(

@@ -4,24 +4,13 @@
 #include "gpu_pool/job.hpp"
 
 #include <caf/event_based_actor.hpp>
-#include <caf/io/middleman.hpp>
-#ifdef KILN_HAVE_TLS
-#include <caf/openssl/remote_actor.hpp>
-#endif
 #include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <memory>
-#include <netdb.h>
-#include <poll.h>
-#include <set>
-#include <sys/socket.h>
-#include <unistd.h>
 
 namespace kiln {
 
@@ -309,126 +298,6 @@ caf::behavior pool_router(router_actor* self, std::vector<pool_member> members) 
 
 caf::actor spawn_pool_router(caf::actor_system& sys, std::vector<pool_member> members) {
   return sys.spawn(pool_router, std::move(members));
-}
-
-status describe_member(caf::actor_system& sys, pool_member& m, std::chrono::seconds timeout) {
-  caf::scoped_actor self{sys};
-  status result = ok();
-  self->request(m.pool, timeout, stats_atom::value)
-      .receive(
-          [&](std::string& s) {
-            auto j = nlohmann::json::parse(s, nullptr, false);
-            if (!j.is_object() || !j.contains("devices") || !j["devices"].is_array()) {
-              result = error{"pool " + m.name + ": its stats are not a pool's"};
-              return;
-            }
-            m.backend = j.value("backend", std::string());
-            m.device_name = j.value("device_name", std::string());
-            m.devices = std::max<int>(1, static_cast<int>(j["devices"].size()));
-          },
-          [&](caf::error& e) { result = error{"pool " + m.name + ": " + sys.render(e)}; });
-  return result;
-}
-
-namespace {
-
-// CAF 0.17 connects with a blocking connect(): to a host whose link is cut that waits out the
-// kernel's SYN retries (about two minutes). A non-blocking probe bounds it; empty when a TCP
-// connection to host:port opened within `timeout`, else why not.
-std::string probe_tcp(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
-    return std::string("cannot resolve: ") + gai_strerror(rc);
-  std::string why = "no address";
-  for (addrinfo* a = res; a; a = a->ai_next) {
-    int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    int rc = connect(fd, a->ai_addr, a->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      rc = poll(&p, 1, static_cast<int>(timeout.count()));
-      if (rc == 0) {
-        why = "no answer within " + std::to_string(timeout.count()) + " ms";
-        rc = -1;
-      } else if (rc > 0) {
-        int err = 0;
-        socklen_t len = sizeof err;
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-        rc = err ? -1 : 0;
-        if (err) why = std::strerror(err);
-      } else {
-        why = std::strerror(errno); // poll failed (EINTR included): not connected
-      }
-    } else if (rc != 0) {
-      why = std::strerror(errno);
-    }
-    close(fd);
-    if (rc == 0) {
-      freeaddrinfo(res);
-      return {};
-    }
-  }
-  freeaddrinfo(res);
-  return why;
-}
-
-// Over TLS when this actor system loaded caf::openssl (actors/actor_system_setup.hpp). Plaintext
-// asks the middleman's actor with a timeout: its blocking remote_actor waits for the peer's
-// handshake without one (a stopped process still accepts connections).
-caf::expected<caf::actor> connect_actor(caf::actor_system& sys, const std::string& host,
-                                        uint16_t port, std::chrono::seconds timeout) {
-#ifdef KILN_HAVE_TLS
-  if (sys.has_openssl_manager()) return caf::openssl::remote_actor(sys, host, port);
-#endif
-  caf::expected<caf::actor> result{caf::sec::cannot_connect_to_node};
-  caf::scoped_actor self{sys};
-  self->request(sys.middleman().actor_handle(), timeout, caf::connect_atom::value, host, port)
-      .receive(
-          [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
-            if (ptr)
-              result = caf::actor_cast<caf::actor>(std::move(ptr));
-            else
-              result = caf::make_error(caf::sec::no_actor_published_at_port);
-          },
-          [&](caf::error& e) { result = std::move(e); });
-  return result;
-}
-
-} // namespace
-
-expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& host_port,
-                                   std::chrono::seconds timeout) {
-  auto colon = host_port.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == host_port.size())
-    return error{"pool node '" + host_port + "': expected HOST:PORT"};
-  std::string host = host_port.substr(0, colon);
-  long port = 0;
-  try {
-    size_t used = 0;
-    port = std::stol(host_port.substr(colon + 1), &used);
-    if (used != host_port.size() - colon - 1) port = 0;
-  } catch (...) {
-    port = 0;
-  }
-  if (port < 1 || port > 65535) return error{"pool node '" + host_port + "': bad port"};
-  if (auto why = probe_tcp(host, static_cast<uint16_t>(port), timeout); !why.empty())
-    return error{"pool node " + host_port + ": cannot connect: " + why};
-  expected<caf::actor> a = error{"not connected"};
-  if (auto r = connect_actor(sys, host, static_cast<uint16_t>(port), timeout))
-    a = *r;
-  else
-    a = error{sys.render(r.error())};
-  if (!a)
-    return error{"pool node " + host_port + ": cannot connect" +
-                 (sys.has_openssl_manager() ? " over TLS: " : ": ") + a.message()};
-  pool_member m;
-  m.pool = *a;
-  m.name = host_port;
-  if (auto st = describe_member(sys, m, timeout); !st) return st.err();
-  return m;
 }
 
 } // namespace kiln

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "data/expected.hpp"
+#include "gpu_pool/node_connect.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -21,24 +22,6 @@
 
 namespace kiln {
 
-struct pool_member {
-  caf::actor pool;
-  std::string name;                 // "local" or "host:port"
-  int devices = 1;                  // weights placement: jobs in flight per device
-  bool local = false;               // linked to the router (ends with it)
-  std::string backend, device_name; // from the member's stats
-};
-
 caf::actor spawn_pool_router(caf::actor_system& sys, std::vector<pool_member> members);
-
-// Connects to a pool that `kiln node` published at "host:port" and reads its stats (backend,
-// devices); needs the middleman loaded in `sys`. The error names the address and what failed.
-// A host that does not answer a TCP connect within `timeout` fails then (not after the kernel's
-// SYN retries).
-expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& host_port,
-                                   std::chrono::seconds timeout = std::chrono::seconds(10));
-
-// Asks a pool (or a router) for its stats JSON and fills backend, device_name and devices.
-status describe_member(caf::actor_system& sys, pool_member& m, std::chrono::seconds timeout);
 
 } // namespace kiln

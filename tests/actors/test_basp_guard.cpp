@@ -1,6 +1,6 @@
 // The frame guard in front of a real middleman: a remote actor works through it; an oversize
-// header, a peer that never finishes a frame and connections past the cap are cut, and the
-// middleman keeps serving.
+// header, a peer that never finishes a frame, connections past the cap and past one address's
+// share are cut, and the middleman keeps serving.
 #include "actors/actor_system_setup.hpp"
 #include "actors/basp_guard.hpp"
 
@@ -143,6 +143,55 @@ TEST_CASE("the guard relays a middleman and cuts hostile peers") {
   caf::actor_system again{again_cfg};
   CHECK(ask(again, guard.port()) == "echo hi");
   CHECK(guard.stats().accepted >= 2);
+  guard.stop();
+  caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("one address cannot take every slot: past max_per_host it is refused, others are not") {
+  caf::actor_system_config server_cfg;
+  configure_actor_system(server_cfg, {1, "sharing", true});
+  caf::actor_system server{server_cfg};
+  auto e = server.spawn(echo);
+  auto upstream = server.middleman().publish(e, 0, "127.0.0.1", true);
+  REQUIRE(upstream);
+  basp_guard guard;
+  basp_guard_options o;
+  o.upstream_port = *upstream;
+  o.max_connections = 100;
+  o.max_per_host = 2;
+  o.handshake_ms = 2000;
+  REQUIRE(guard.start(o));
+
+  auto dial_from = [&](const char* source) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    inet_pton(AF_INET, source, &src.sin_addr);
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src) == 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(guard.port());
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+  };
+  int a = dial_from("127.0.0.1"), b = dial_from("127.0.0.1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200)); // both accepted first
+  int c = dial_from("127.0.0.1");
+  CHECK(read_until_closed(c) == 0); // the third from the same address: refused at once
+  CHECK(guard.stats().refused_host == 1);
+  int other = dial_from("127.0.0.2"); // another address still gets in
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(guard.stats().accepted == 3);
+  for (int fd : {a, b, c, other}) close(fd);
+  // The slots come back when the connections close: the same address is served again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  caf::actor_system_config client_cfg;
+  configure_actor_system(client_cfg, {1, "sharing", true});
+  caf::actor_system client{client_cfg};
+  CHECK(ask(client, guard.port()) == "echo hi");
   guard.stop();
   caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
 }

@@ -199,4 +199,6 @@ kill -TERM "$node1"
 wait "$node1" 2> /dev/null
 grep -E "stopped; .* [1-9][0-9]* oversize frames" "$out/node1_again.log" ||
   fail "node1's stop line does not count the oversize frame"
+grep -E "stopped; .* [1-9][0-9]* refused \(one address's share\)" "$out/node1_again.log" ||
+  fail "node1's stop line does not count the burst past one address's share (64)"
 echo "netns_farm: ok"

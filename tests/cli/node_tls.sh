@@ -2,7 +2,8 @@
 # `kiln node --tls` on loopback: a client with a certificate from the node's CA runs jobs there (an
 # eval, and a run through [pool] tls);
 # one from another CA, a plaintext client, and a TLS client of a plaintext node are refused (exit
-# 2, naming the node) while the node serves on. Exits 77 (skipped) without openssl or TLS.
+# 2, naming the node) while the node serves on; a port that never answers the TLS handshake is
+# given up after the connect timeout. Exits 77 (skipped) without openssl or TLS.
 #   node_tls.sh KILN SOURCE_DIR OUT_DIR
 set -u
 kiln="$1"; src="$2"; out="$3/node_tls"
@@ -65,6 +66,21 @@ eval_on plaintext; rc=$?
 [ "$rc" -eq 2 ] || fail "a plaintext client: exit $rc, wanted 2"
 grep -q "pool node $addr: cannot connect" "$out/plaintext.log" || fail "plaintext: no clear error"
 eval_on trusted_again --tls "$out/client" || fail "the node stopped serving after refusals"
+# A port that accepts TCP and never answers the TLS handshake: refused after the connect timeout
+# (10 s), not waited on forever.
+silent=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+python3 -c 'import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(16); held = []
+while True: held.append(s.accept()[0])' "$silent" &
+silent_pid=$!
+sleep 0.5
+node_addr="$addr"; addr="127.0.0.1:$silent"; t0=$(date +%s)
+eval_on silent --tls "$out/client"; rc=$?
+addr="$node_addr"; kill "$silent_pid"
+[ "$rc" -eq 2 ] || fail "a TLS peer that never answers: exit $rc, wanted 2 (124: it hung)"
+[ $(($(date +%s) - t0)) -le 60 ] || fail "a TLS peer that never answers held the client too long"
+grep -q "cannot connect over TLS" "$out/silent.log" || fail "silent TLS peer: no clear error"
 # A run whose pool is the TLS node alone ([pool] tls): 4 expert episodes.
 timeout 200 "$kiln" --threads 1 run --set "tasks.suites=[\"$relu\"]" --set 'eval.policies=[]' \
   --set rollout.policy=\"expert\" --set rollout.episodes=4 --set rollout.max_concurrent=4 \
