@@ -43,10 +43,13 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 
-run() { # run NAME EXTRA_SETS...: 4 expert episodes on relu, streamed to the learner's PULL
+# One small task keeps each run to seconds: the channel is under test, not the pool.
+printf 'name = "relu_small"\nlevel = 1\ndtype = "float32"\noutputs = ["y"]\n[[inputs]]\nname = "x"\nshape = [64, 1000]\ninit = "normal"\n[[ops]]\nout = "y"\nop = "relu"\nargs = ["x"]\n' \
+  > "$out/relu_small.toml"
+run() { # run NAME EXTRA_SETS...: 4 expert episodes on relu_small, streamed to the learner's PULL
   local name="$1"
   shift
-  "$kiln" --threads 1 run --set "tasks.suites=[\"$src/data/suites/level1/cpu/relu.toml\"]" \
+  "$kiln" --threads 1 run --set "tasks.suites=[\"$out/relu_small.toml\"]" \
     --set 'eval.policies=[]' --set rollout.policy=\"expert\" --set rollout.episodes=4 \
     --set rollout.max_concurrent=4 --set rollout.verify_checks=1 --set rollout.timing_cap_ms=50 \
     --set validate.timing_runs=1 --set "pool.cache_dir=\"$out/cache\"" \

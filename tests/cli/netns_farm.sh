@@ -83,6 +83,15 @@ coordinator_eval() { # coordinator_eval LOG PARALLEL TASK_FLAGS...: kiln eval on
   ip netns exec "$co" "$kiln" --threads 1 "${peer[@]}" eval --policy expert "$@" "${remote[@]}" \
     --parallel "$par" --cache-dir "$out/cache-co" > "$out/$log.log" 2>&1
 }
+# Waits until the eval behind LOG has connected to both nodes (loading and validating its tasks
+# comes first and takes seconds on a loaded machine), then a second for jobs to be in flight.
+connected() { # connected LOG
+  for _ in $(seq 600); do
+    [ "$(grep -c "pool node .*: 1 device" "$out/$1.log" 2> /dev/null)" -ge 2 ] && sleep 1 && return 0
+    sleep 0.1
+  done
+  fail "the eval ($1) did not connect to both nodes within 60 s"
+}
 pool_field() { # pool_field LOG [NODE] KEY: a field of the router's stats, or of NODE's row
   python3 -c 'import json, sys
 line = next(l for l in open(sys.argv[1]) if l.startswith("pool: "))
@@ -119,7 +128,7 @@ grep -q "rollout done: 6 episodes" "$out/run.log" || fail "the farm run did not 
 #    runs on: its jobs finish on node2, and the new node1 rejoins the coordinator.
 coordinator_eval killed 2 --suite "$(tasks 16 1001)" &
 evpid=$!
-sleep 3
+connected killed
 t_kill=$(now)
 kill -KILL "$node1"
 sleep 1
@@ -136,7 +145,7 @@ figure "sigkill_restart_rejoin_s" "$d"
 #    heartbeat timeout finds it, its jobs go to node1; the link comes back and node2 rejoins.
 coordinator_eval cut 2 --suite "$(tasks 16 1002)" &
 evpid=$!
-sleep 3
+connected cut
 t_cut=$(now)
 ip -n "$sw" link set s-n2 down
 sleep 6
