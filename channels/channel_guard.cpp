@@ -83,9 +83,7 @@ struct channel_guard::impl {
   log_limiter refusal_log, failure_log;
   std::atomic<bool> stop{false};
   std::thread thread; // started with the ZAP handler, or by the first socket watched
-  status last_error = ok();
-
-  bool set_curve(zmq::socket_t& s, const std::string& endpoint, bool bind);
+  status set_curve(zmq::socket_t& s, const std::string& endpoint, bool bind);
 
   void serve_zap() {
     std::vector<zmq::message_t> f;
@@ -240,7 +238,8 @@ status channel_guard::secure(zmq::socket_t& s, const std::string& endpoint, bool
                             "them with `kiln keys`), or curve.allow_plaintext = true on a "
                             "trusted network"};
   try {
-    if (p.cfg.enabled() && !p.set_curve(s, endpoint, bind)) return p.last_error;
+    if (p.cfg.enabled())
+      if (auto st = p.set_curve(s, endpoint, bind); !st) return st;
     std::string monitor = "inproc://kiln-guard-" + std::to_string(reinterpret_cast<uintptr_t>(&p)) +
                           "-" + std::to_string(p.next_monitor++);
     constexpr int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
@@ -262,28 +261,24 @@ status channel_guard::secure(zmq::socket_t& s, const std::string& endpoint, bool
   return ok();
 }
 
-bool channel_guard::impl::set_curve(zmq::socket_t& s, const std::string& endpoint, bool bind) {
-  {
-    s.set(zmq::sockopt::curve_secretkey, self.secret_key);
-    s.set(zmq::sockopt::curve_publickey, self.public_key);
-    if (bind) {
-      if (!zap) {
-        last_error = error{"key 'curve.authorized': needed to bind " + endpoint +
-                           " (the public keys that may connect)"};
-        return false;
-      }
-      s.set(zmq::sockopt::curve_server, true);
-      s.set(zmq::sockopt::zap_domain, "kiln");
-    } else {
-      if (server_key.empty()) {
-        last_error = error{"key 'curve.server_key': needed to connect to " + endpoint +
-                           " (the server's public key)"};
-        return false;
-      }
-      s.set(zmq::sockopt::curve_serverkey, server_key);
-    }
+// The CURVE options of one socket: a server (bind) admitted through the ZAP handler, or a client
+// (connect) that insists on the server's key.
+status channel_guard::impl::set_curve(zmq::socket_t& s, const std::string& endpoint, bool bind) {
+  s.set(zmq::sockopt::curve_secretkey, self.secret_key);
+  s.set(zmq::sockopt::curve_publickey, self.public_key);
+  if (bind) {
+    if (!zap)
+      return error{"key 'curve.authorized': needed to bind " + endpoint +
+                   " (the public keys that may connect)"};
+    s.set(zmq::sockopt::curve_server, true);
+    s.set(zmq::sockopt::zap_domain, "kiln");
+  } else {
+    if (server_key.empty())
+      return error{"key 'curve.server_key': needed to connect to " + endpoint +
+                   " (the server's public key)"};
+    s.set(zmq::sockopt::curve_serverkey, server_key);
   }
-  return true;
+  return ok();
 }
 
 bool channel_guard::curve() const { return p_->cfg.enabled(); }
