@@ -4,6 +4,7 @@
 // a fraction f of its trials passes with probability <= (1 - f)^checked_trials, and faking the
 // median needs f > 1/2 (<= 0.4% at the default 8).
 #include "data/reference.hpp"
+#include "gpu_pool/timing.hpp"
 #include "gpu_pool/verify.hpp"
 
 #include <ATen/ATen.h>
@@ -31,9 +32,10 @@ double cpu_resolution_ms(const protocol_costs& k) {
   return std::max(0.001, k.wall_p50_ms - k.wall_p10_ms);
 }
 
-// One timing: warm-up, trials, checks. `contradicted` is set when the host's events undercut the
-// executor's own clock beyond the tolerance.
-check_result time_once(job_context& c, const timing_options& opts, bool& contradicted) {
+// One timing: warm-up, trials, checks. `retry` is set when the host's events undercut the
+// executor's own clock beyond the tolerance, or device work outlived the stream too often: an
+// honest kernel meets either now and then, a dishonest one every time.
+check_result time_once(job_context& c, const timing_options& opts, bool& retry) {
   const bool cpu = c.dev->device.is_cpu();
   std::mt19937_64 pick(fresh_seed()); // the reservoir's choices: never visible to the host
   const int k = std::max(1, opts.checked_trials);
@@ -47,7 +49,11 @@ check_result time_once(job_context& c, const timing_options& opts, bool& contrad
   }
 
   std::vector<double> times, trusted, reported;
-  int over_drain = 0;
+  drain_count drain;
+  double worst_over = 0;
+  struct {
+    double residual_ms = 0, stream_ms = 0, allowed_ms = 0;
+  } worst;
   int64_t seen = 0;
   uint64_t last_seed = 0;
   std::vector<at::Tensor>* last_outputs = nullptr;
@@ -82,19 +88,13 @@ check_result time_once(job_context& c, const timing_options& opts, bool& contrad
     times.push_back(t);
     trusted.push_back(s.trusted_ms);
     reported.push_back(s.reported_ms);
-    // Work on a stream never joined back shows as device time after the stream was done; three
-    // trials in a row beyond the slack (so one scheduling hiccup is not enough) refuse the job.
     if (!cpu) {
       double allowed = c.costs.drain_slack_ms + 0.05 * s.reported_ms;
-      over_drain = s.residual_ms > allowed ? over_drain + 1 : 0;
-      if (over_drain >= 3)
-        return failure(outcome_kind::runtime_error,
-                       "device work outlived the job's stream by " + ms_text(s.residual_ms) +
-                           " ms (stream time " + ms_text(s.reported_ms) + " ms, allowed " +
-                           ms_text(allowed) +
-                           " ms) on 3 trials in a row: work on a stream not joined back into the "
-                           "job's stream is neither counted nor ready when the stream says it is "
-                           "done");
+      drain.add(s.residual_ms > allowed);
+      if (s.residual_ms > allowed && s.residual_ms - allowed > worst_over) {
+        worst_over = s.residual_ms - allowed;
+        worst = {s.residual_ms, s.reported_ms, allowed};
+      }
     }
     return std::nullopt;
   };
@@ -112,6 +112,16 @@ check_result time_once(job_context& c, const timing_options& opts, bool& contrad
   for (int i = 0; i < extra; ++i)
     if (auto bad = trial()) return *bad;
 
+  if (drain.refuses()) {
+    retry = true;
+    return failure(outcome_kind::runtime_error,
+                   "device work outlived the job's stream on " + std::to_string(drain.over) +
+                       " of " + std::to_string(drain.trials) + " trials (by up to " +
+                       ms_text(worst.residual_ms) + " ms; stream time " +
+                       ms_text(worst.stream_ms) + " ms, allowed " + ms_text(worst.allowed_ms) +
+                       " ms): work on a stream not joined back into the job's stream is neither "
+                       "counted nor ready when the stream says it is done");
+  }
   if (auto bad = check_last_cycle(c)) return *bad;
   if (auto bad = inspect_params(c)) return *bad;
   if (cpu || !last_outputs) {
@@ -142,8 +152,8 @@ check_result time_once(job_context& c, const timing_options& opts, bool& contrad
     // them (0.3-0.4 ms on a 4.2 ms window of 8 GiB copies, session 8), hence the last term.
     double tol = 3 * (c.costs.wall_p90_ms - c.costs.wall_p10_ms) + 0.005 + 0.05 * tm.bound_ms +
                  0.05 * c.costs.wall_p50_ms;
-    contradicted = tm.median_ms < tm.bound_ms - tol;
-    if (contradicted)
+    retry = tm.median_ms < tm.bound_ms - tol;
+    if (retry)
       return failure(outcome_kind::runtime_error,
                      "the kernel process reported " + ms_text(tm.median_ms) +
                          " ms per call by its events, but the executor's own clock saw at least " +
@@ -159,14 +169,15 @@ check_result time_once(job_context& c, const timing_options& opts, bool& contrad
 
 check_result time_kernel(job_context& c, const timing_options& opts) {
   // An honest kernel's events fall outside the tolerance now and then (2 of 376 H200 jobs in
-  // session 8, by 0.02-0.04 ms past it); a host that under-reports does so every time. So one
-  // contradiction buys a second timing, and only a second one refuses the job.
-  bool contradicted = false;
-  auto r = time_once(c, opts, contradicted);
-  if (!contradicted) return r;
-  contradicted = false;
-  r = time_once(c, opts, contradicted);
-  if (contradicted) r.message += " (on two timings in a row)";
+  // session 8, by 0.02-0.04 ms past it), and a device hiccup can leave a residual on a few trials
+  // in a row (1 of 376 in session 17); a host that under-reports or hides work does so every
+  // time. So a refusal of either kind buys a second timing, and only a second one refuses the job.
+  bool retry = false;
+  auto r = time_once(c, opts, retry);
+  if (!retry) return r;
+  retry = false;
+  r = time_once(c, opts, retry);
+  if (retry) r.message += " (on two timings in a row)";
   return r;
 }
 

@@ -14,6 +14,21 @@ TEST_CASE("median and cv") {
   CHECK(cv_of({1, 3}) == doctest::Approx(0.7071).epsilon(1e-3));
 }
 
+TEST_CASE("drain count: over-slack trials are counted, not runs of them") {
+  drain_count hiccup; // three in a row among twenty: a hiccup, not a kernel
+  for (int i = 0; i < 20; ++i) hiccup.add(i >= 5 && i < 8);
+  CHECK_FALSE(hiccup.refuses());
+  drain_count two_of_three; // never three in a row, but two trials of three hide work
+  for (int i = 0; i < 9; ++i) two_of_three.add(i % 3 != 2);
+  CHECK(two_of_three.refuses());
+  drain_count few; // a quarter of the trials, but only two of them
+  for (int i = 0; i < 8; ++i) few.add(i < 2);
+  CHECK_FALSE(few.refuses());
+  drain_count always;
+  for (int i = 0; i < 3; ++i) always.add(true);
+  CHECK(always.refuses());
+}
+
 TEST_CASE("measure: warm-up, prepare before every trial, stop at max_trials or cv target") {
   timing_options o;
   o.warmup = 2;
