@@ -117,8 +117,8 @@ check_result time_once(job_context& c, const timing_options& opts, bool& retry) 
     return failure(outcome_kind::runtime_error,
                    "device work outlived the job's stream on " + std::to_string(drain.over) +
                        " of " + std::to_string(drain.trials) + " trials (by up to " +
-                       ms_text(worst.residual_ms) + " ms; stream time " +
-                       ms_text(worst.stream_ms) + " ms, allowed " + ms_text(worst.allowed_ms) +
+                       ms_text(worst.residual_ms) + " ms; stream time " + ms_text(worst.stream_ms) +
+                       " ms, allowed " + ms_text(worst.allowed_ms) +
                        " ms): work on a stream not joined back into the job's stream is neither "
                        "counted nor ready when the stream says it is done");
   }
