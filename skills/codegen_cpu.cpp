@@ -88,11 +88,13 @@ string epilogue(gen& g, const group& grp) {
   return chain_lambda(g, "epi", grp.first_op + 1, grp.first_op + grp.num_ops - 1, grp.first_op);
 }
 
-// A parallel loop over n outputs in units of `vec`; `body(i)` computes output i. bounds=0 drops the
-// remainder (units = n / vec), so a non-divisible extent leaves outputs unwritten.
+// A parallel loop over n outputs in units of `vec`; `body(i)` computes output i. bounds = false
+// drops the remainder handling where vec divides n (shapes are constants: where it does not, the
+// remainder is handled whatever the program asked).
 void emit_elementwise_loop(gen& g, const string& dst, int64_t n, int64_t vec, int64_t unroll,
                            bool bounds, int64_t grain_elems, const string& body) {
   auto& o = g.o;
+  bounds = bounds || n % vec != 0;
   int64_t units = bounds ? (n + vec - 1) / vec : n / vec;
   int64_t grain = std::max<int64_t>(1, grain_elems / vec);
   o << "  pfor(host, " << lit(units) << ", " << lit(grain) << ", [&](int64_t ub, int64_t ue) {\n";
@@ -187,7 +189,10 @@ void emit_gemm(gen& g, const group& grp, const gemm_desc& d, const string& dst) 
   int64_t tm = grp.get(knob::tile_m, 32), tn = grp.get(knob::tile_n, 32),
           tk = grp.get(knob::tile_k, 16);
   int64_t sk = grp.get(knob::split_k, 1), precision = grp.get(knob::precision, 0);
-  bool stage = grp.get(knob::stage, 0) != 0, bounds = grp.get(knob::bounds, 1) != 0;
+  bool stage = grp.get(knob::stage, 0) != 0;
+  // `bounds 0` drops the edge checks only where every tile divides its extent.
+  bool bounds = grp.get(knob::bounds, 1) != 0 || d.m % tm != 0 || d.n % tn != 0 || d.k % sk != 0 ||
+                (d.k / sk) % tk != 0;
   int64_t mt = bounds ? (d.m + tm - 1) / tm : d.m / tm,
           nt = bounds ? (d.n + tn - 1) / tn : d.n / tn;
   int64_t kc = bounds ? (d.k + sk - 1) / sk : d.k / sk;
@@ -280,8 +285,9 @@ void emit_conv(gen& g, const group& grp, const op_node& op, const string& dst) {
   int64_t tm = grp.get(knob::tile_m, 16), tn = grp.get(knob::tile_n, 16),
           unroll = grp.get(knob::unroll, 1);
   int64_t precision = grp.get(knob::precision, 0);
-  bool bounds = grp.get(knob::bounds, 1) != 0;
   int64_t cog = co / groups, p = out[0] * out[1] * out[2];
+  // `bounds 0` drops the edge checks only where both tiles divide their extents.
+  bool bounds = grp.get(knob::bounds, 1) != 0 || cog % tm != 0 || p % tn != 0;
   int64_t mb = bounds ? (cog + tm - 1) / tm : cog / tm, pb = bounds ? (p + tn - 1) / tn : p / tn;
   string acc = precision == 2 ? "_Float16" : "float", rnd = precision == 1 ? "kiln_tf32" : "";
   o << epilogue(g, grp);

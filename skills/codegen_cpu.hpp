@@ -6,8 +6,8 @@
 //   task + program --generate_cpu--> source --compile_cpu--> .so --cpu_program::run--> outputs
 //
 // The source includes only kiln_abi.h and <cmath>/<cstdint>/<cstring>/<algorithm>, so g++ builds it
-// in well under a second. Unsafe knob values are generated as asked and fail for real:
-//   bounds 0     no remainder handling (extents assumed divisible by vec / tiles)
+// in well under a second. `bounds 0` drops the remainder handling only where vec / the tiles divide
+// the extent. Unsafe knob values are generated as asked and fail for real:
 //   precision    tf32 rounds GEMM / conv inputs to a 10-bit mantissa; fp16 accumulates in _Float16
 //   onepass 1    norm variance as E[x^2] - E[x]^2 in float
 #pragma once

@@ -65,10 +65,10 @@ string epilogue(gen& g, kernel_builder& kb, const group& grp, int64_t V) {
 }
 
 // A grid-stride kernel over n outputs in units of V: `lanes(V)` is code filling float r[V] for the
-// outputs at i .. i + V - 1; unroll units per thread per step. bounds 0 drops the n % V tail.
+// outputs at i .. i + V - 1; unroll units per thread per step; the n % V tail, if any, one thread
+// an output.
 void emit_driver(gen& g, kernel_builder& kb, const string& dst, int64_t n, int64_t V,
-                 int64_t unroll, bool bounds, int64_t block,
-                 const std::function<string(int64_t)>& lanes) {
+                 int64_t unroll, int64_t block, const std::function<string(int64_t)>& lanes) {
   auto& o = kb.body;
   g.use(kb, dst, true);
   int64_t units = n / V, per_block = block * unroll;
@@ -83,7 +83,7 @@ void emit_driver(gen& g, kernel_builder& kb, const string& dst, int64_t n, int64
     << "      float r[" << V << "];\n"
     << lanes(V) << "      kst<" << V << ">(" << dst << " + i, r);\n"
     << "    }\n  }\n";
-  if (bounds && n % V != 0) {
+  if (n % V != 0) {
     o << "  if (blockIdx.x == 0 && threadIdx.x < N % " << V << ") {\n"
       << "    const I i = UNITS * " << V << " + threadIdx.x;\n"
       << "    float r[1];\n"
@@ -101,7 +101,7 @@ void emit_copy(gen& g, const string& name, const string& dst, const string& src,
   kb.name = name;
   int64_t V = fit_vec(4, {n});
   g.use(kb, src, false);
-  emit_driver(g, kb, dst, n, V, 1, true, 256, [&](int64_t v) {
+  emit_driver(g, kb, dst, n, V, 1, 256, [&](int64_t v) {
     return "      kld<" + std::to_string(v) + ">(" + src + " + i, r);\n";
   });
 }
@@ -113,7 +113,7 @@ void emit_elementwise(gen& g, const group& grp, const string& name, const string
   const op_node& last = g.t.ops[grp.first_op + grp.num_ops - 1];
   int64_t n = std::max<int64_t>(1, numel(last.shape));
   emit_driver(g, kb, dst, n, grp.get(knob::vec, 1), grp.get(knob::unroll, 1),
-              grp.get(knob::bounds, 1) != 0, grp.get(knob::block, 256), [&](int64_t V) {
+              grp.get(knob::block, 256), [&](int64_t V) {
                 return chain_code(g, kb, grp.first_op, grp.first_op + grp.num_ops - 1, grp.first_op,
                                   V);
               });
@@ -137,7 +137,7 @@ void emit_library_epilogue(gen& g, const group& grp, const string& pfx, const st
   kernel_builder kb;
   kb.name = pfx + "_epilogue";
   emit_driver(
-      g, kb, dst, total, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256), [&](int64_t V) {
+      g, kb, dst, total, grp.get(knob::vec, 1), 1, grp.get(knob::block, 256), [&](int64_t V) {
         std::ostringstream s;
         g.use(kb, dst, false);
         s << "      kld<" << V << ">(" << dst << " + i, r);\n";
@@ -159,7 +159,7 @@ void emit_library(gen& g, const group& grp, const string& pfx, const gemm_desc& 
     kernel_builder kb;
     kb.name = pfx + "_expand_" + tag;
     g.use(kb, src, false);
-    emit_driver(g, kb, s, d.nb * mat, 1, 1, true, 256, [&](int64_t V) {
+    emit_driver(g, kb, s, d.nb * mat, 1, 1, 256, [&](int64_t V) {
       string body = "      for (int l = 0; l < " + std::to_string(V) +
                     "; ++l) {\n        const I q = i + l, bi = q / " + lit(mat) +
                     ";\n        r[l] = " + src + "[" + off + " + q % " + lit(mat) + "];\n      }\n";
@@ -198,13 +198,13 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
   int64_t TM = grp.get(knob::tile_m, 32), TN = grp.get(knob::tile_n, 32),
           TK = grp.get(knob::tile_k, 16);
   int64_t SK = grp.get(knob::split_k, 1), precision = grp.get(knob::precision, 0);
-  bool stage = grp.get(knob::stage, 0) != 0, bounds = grp.get(knob::bounds, 1) != 0;
+  bool stage = grp.get(knob::stage, 0) != 0;
   int64_t TX = std::min<int64_t>(TN, 16), TY = std::min<int64_t>(TM, 16), RM = TM / TY,
           RN = TN / TX;
   int64_t threads = TX * TY;
-  tiling mt = tiles(d.m, TM, bounds), nt = tiles(d.n, TN, bounds);
-  int64_t KC = bounds ? ceil_div(d.k, SK) : d.k / SK;
-  bool guard_k = bounds && !(d.k % SK == 0 && KC % TK == 0);
+  tiling mt = tiles(d.m, TM), nt = tiles(d.n, TN);
+  int64_t KC = ceil_div(d.k, SK);
+  bool ragged_k = d.k % SK != 0, guard_k = ragged_k || KC % TK != 0;
   int64_t total = d.nb * d.m * d.n;
   string rnd = precision == 1 ? "ktf32" : "";
   auto fma = [&](const string& acc, const string& x, const string& y) {
@@ -231,7 +231,7 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
     << "  float acc[RM][RN];\n"
     << "#pragma unroll\n  for (int r = 0; r < RM; ++r)\n#pragma unroll\n    for (int c = 0; c < "
        "RN; ++c) acc[r][c] = 0.f;\n"
-    << "  const I ks = s * KC, ke = " << (bounds ? "(ks + KC < K ? ks + KC : K)" : "ks + KC")
+    << "  const I ks = s * KC, ke = " << (ragged_k ? "(ks + KC < K ? ks + KC : K)" : "ks + KC")
     << ";\n";
   string mguard = mt.guard ? "gm < M" : "true", nguard = nt.guard ? "gn < N" : "true";
   string kguard = guard_k ? "gk < ke" : "true";
@@ -314,7 +314,7 @@ void emit_gemm(gen& g, const group& grp, const string& pfx, const gemm_desc& d, 
   kernel_builder rk;
   rk.name = pfx + "_splitk";
   int64_t V = fit_vec(4, {total});
-  emit_driver(g, rk, dst, total, V, 1, true, 256, [&](int64_t v) {
+  emit_driver(g, rk, dst, total, V, 1, 256, [&](int64_t v) {
     std::ostringstream s;
     g.use(rk, part, false);
     s << "      kld<" << v << ">(" << part << " + i, r);\n"
@@ -365,12 +365,11 @@ void emit_conv(gen& g, const group& grp, const string& pfx, const op_node& op, c
   int64_t TM = grp.get(knob::tile_m, 16), TN = grp.get(knob::tile_n, 16),
           unroll = grp.get(knob::unroll, 1);
   int64_t precision = grp.get(knob::precision, 0);
-  bool bounds = grp.get(knob::bounds, 1) != 0;
   int64_t cog = co / groups, p = out[0] * out[1] * out[2];
   int64_t TX = std::min<int64_t>(TN, 32),
           TY = std::min<int64_t>(TM, std::max<int64_t>(1, 256 / TX));
   int64_t RM = TM / TY, RN = TN / TX, threads = TX * TY;
-  tiling mb = tiles(cog, TM, bounds), pb = tiles(p, TN, bounds);
+  tiling mb = tiles(cog, TM), pb = tiles(p, TN);
   string rnd = precision == 1 ? "ktf32" : "";
   kernel_builder kb;
   kb.name = pfx + "_conv";
@@ -524,8 +523,8 @@ void emit_pool(gen& g, const group& grp, const string& pfx, const op_node& op, c
     if (!is_max) one << "        s = s / " << flit(static_cast<double>(window)) << ";\n";
   }
   string body = one.str();
-  emit_driver(g, kb, dst, planes * prod(out), grp.get(knob::vec, 1), 1,
-              grp.get(knob::bounds, 1) != 0, grp.get(knob::block, 256), [&](int64_t V) {
+  emit_driver(g, kb, dst, planes * prod(out), grp.get(knob::vec, 1), 1, grp.get(knob::block, 256),
+              [&](int64_t V) {
                 return "      for (int l = 0; l < " + std::to_string(V) +
                        "; ++l) {\n        const I q = i + l;\n" + body +
                        "        r[l] = s;\n      }\n" + epilogue(g, kb, grp, V);
@@ -551,13 +550,12 @@ void emit_cat(gen& g, const group& grp, kernel_builder& kb, const op_node& op, c
     pick += k + 1 < op.args.size() ? "c < " + lit(at) + " ? " + read + " : " : read;
   }
   int64_t n = std::max<int64_t>(1, numel(op.shape));
-  emit_driver(g, kb, dst, n, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256),
-              [&](int64_t v) {
-                return "#pragma unroll\n      for (int l = 0; l < " + std::to_string(v) +
-                       "; ++l) {\n        const I q = i + l, j = q % " + lit(inner) +
-                       ", c = (q / " + lit(inner) + ") % " + lit(total) + ", o = q / " +
-                       lit(inner * total) + ";\n        r[l] = " + pick + ";\n      }\n";
-              });
+  emit_driver(g, kb, dst, n, grp.get(knob::vec, 1), 1, grp.get(knob::block, 256), [&](int64_t v) {
+    return "#pragma unroll\n      for (int l = 0; l < " + std::to_string(v) +
+           "; ++l) {\n        const I q = i + l, j = q % " + lit(inner) + ", c = (q / " +
+           lit(inner) + ") % " + lit(total) + ", o = q / " + lit(inner * total) +
+           ";\n        r[l] = " + pick + ";\n      }\n";
+  });
 }
 
 void emit_layout(gen& g, const group& grp, const string& pfx, const op_node& op,
@@ -571,7 +569,7 @@ void emit_layout(gen& g, const group& grp, const string& pfx, const op_node& op,
   g.use(kb, src, false);
   if (is_view_layout(info.family)) {
     int64_t V = fit_vec(grp.get(knob::vec, 1), {n});
-    emit_driver(g, kb, dst, n, V, 1, true, grp.get(knob::block, 256), [&](int64_t v) {
+    emit_driver(g, kb, dst, n, V, 1, grp.get(knob::block, 256), [&](int64_t v) {
       return "      kld<" + std::to_string(v) + ">(" + src + " + i, r);\n";
     });
     return;
@@ -596,11 +594,10 @@ void emit_layout(gen& g, const group& grp, const string& pfx, const op_node& op,
   const string read_x = src + "[" + off + "]";
   const string value =
       inside.empty() ? read_x : "(" + inside + ") ? " + read_x + " : " + flit(read.fill);
-  emit_driver(
-      g, kb, dst, n, grp.get(knob::vec, 1), 1, true, grp.get(knob::block, 256), [&](int64_t v) {
-        return "#pragma unroll\n      for (int l = 0; l < " + std::to_string(v) +
-               "; ++l) {\n        const I q = i + l;\n        r[l] = " + value + ";\n      }\n";
-      });
+  emit_driver(g, kb, dst, n, grp.get(knob::vec, 1), 1, grp.get(knob::block, 256), [&](int64_t v) {
+    return "#pragma unroll\n      for (int l = 0; l < " + std::to_string(v) +
+           "; ++l) {\n        const I q = i + l;\n        r[l] = " + value + ";\n      }\n";
+  });
 }
 
 const char* kPrelude =

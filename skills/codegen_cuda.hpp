@@ -11,7 +11,8 @@
 //   block / threads    threads per block; threads 32 = one warp per row, several rows per block
 //   vec                float2 / float4 accesses (8 = two float4) where the extent divides, else
 //   scalar unroll             units per thread per grid-stride step (elementwise), taps unrolled
-//   (conv) bounds 0           vector tails and ragged tiles are dropped: outputs left unwritten
+//   bounds             no effect: tails and ragged tiles are guarded exactly where the constant
+//                      shapes need it
 //   stage              gemm: tiles through dynamic shared memory (else straight from global)
 //   split_k            gemm: partial sums per slice into scratch, added in order by a second kernel
 //   precision          tf32 rounds gemm / conv operands (cvt.rna.tf32); fp16 accumulates in half

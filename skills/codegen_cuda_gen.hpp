@@ -39,17 +39,14 @@ inline string bcast_index(const shape_t& operand, const shape_t& out, const stri
   return broadcast_index(operand, out, i, cuda_dialect);
 }
 
-// Tiles along an extent. bounds: ceil, guarded when ragged. No bounds: floor, the ragged rest left
-// unwritten (the unsafe knob fails as wrong output); a tile larger than the extent keeps its guard,
-// so nothing is ever touched out of bounds.
+// Tiles along an extent: ceil, guarded only when the tile does not divide it. Shapes are constants,
+// so the guard is there exactly where it is needed, whatever the program's `bounds` says.
 struct tiling {
   int64_t count;
   bool guard;
 };
-inline tiling tiles(int64_t extent, int64_t tile, bool bounds) {
-  if (bounds) return {ceil_div(extent, tile), extent % tile != 0};
-  if (extent < tile) return {1, true};
-  return {extent / tile, false};
+inline tiling tiles(int64_t extent, int64_t tile) {
+  return {ceil_div(extent, tile), extent % tile != 0};
 }
 
 // Largest vector width <= want (8, 4, 2, 1) that divides every extent given.
@@ -177,8 +174,7 @@ string chain_code(gen& g, kernel_builder& kb, int64_t from, int64_t to, int64_t 
 string epilogue(gen& g, kernel_builder& kb, const group& grp, int64_t V);
 // A grid-stride kernel over n outputs in units of V (see codegen_cuda.cpp).
 void emit_driver(gen& g, kernel_builder& kb, const string& dst, int64_t n, int64_t V,
-                 int64_t unroll, bool bounds, int64_t block,
-                 const std::function<string(int64_t)>& lanes);
+                 int64_t unroll, int64_t block, const std::function<string(int64_t)>& lanes);
 
 // Row kernels (codegen_cuda_rows.cpp).
 void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, const op_info& info,

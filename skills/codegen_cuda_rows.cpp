@@ -304,20 +304,19 @@ void emit_norm(gen& g, const group& grp, const string& pfx, const op_node& op, c
   string X = g.rd(kb, op.args[0]);
   g.use(kb, stats, false);
   int64_t n = prod(x);
-  emit_driver(g, kb, dst, n, fit_vec(grp.get(knob::vec, 1), {n, ng.len}), 1, true, 256,
-              [&](int64_t v) {
-                std::ostringstream s;
-                s << "      kld<" << v << ">(" << X << " + i, r);\n"
-                  << "#pragma unroll\n      for (int l = 0; l < " << v << "; ++l) {\n"
-                  << "        const I row = " << ng.row_of("i + l", info.family) << ";\n"
-                  << "        const float mean = " << stats << "[row * 2], rstd = " << stats
-                  << "[row * 2 + 1];\n"
-                  << "        r[l] = (r[l] - mean) * rstd;\n      }\n"
-                  << "      {\n        const float mean = 0.f, rstd = 1.f;\n"
-                  << norm_affine(g, kb, op, ng, v) << "      }\n"
-                  << epilogue(g, kb, grp, v);
-                return s.str();
-              });
+  emit_driver(g, kb, dst, n, fit_vec(grp.get(knob::vec, 1), {n, ng.len}), 1, 256, [&](int64_t v) {
+    std::ostringstream s;
+    s << "      kld<" << v << ">(" << X << " + i, r);\n"
+      << "#pragma unroll\n      for (int l = 0; l < " << v << "; ++l) {\n"
+      << "        const I row = " << ng.row_of("i + l", info.family) << ";\n"
+      << "        const float mean = " << stats << "[row * 2], rstd = " << stats
+      << "[row * 2 + 1];\n"
+      << "        r[l] = (r[l] - mean) * rstd;\n      }\n"
+      << "      {\n        const float mean = 0.f, rstd = 1.f;\n"
+      << norm_affine(g, kb, op, ng, v) << "      }\n"
+      << epilogue(g, kb, grp, v);
+    return s.str();
+  });
 }
 
 // ---- softmax / log_softmax / cumsum along one dim: rows of L elements IN apart ----
