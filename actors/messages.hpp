@@ -124,11 +124,13 @@ struct episode_summary {
   double total_ms = 0, policy_ms = 0, pool_ms = 0, sink_ms = 0;
   double queue_ms = 0, compile_ms = 0, device_ms = 0; // from the pool's outcomes
   std::string error;                                  // why it failed / aborted, empty otherwise
-  double best_kernel_ms = 0;       // fastest correct turn's kernel median; 0: none correct
-  int32_t first_correct_turn = -1; // 0-based; -1: none correct
-  std::string last_outcome;        // the last turn's outcome kind ("" when no turn ran)
-  std::string last_message;        // and its message (a compile log, why it failed), trimmed
-  std::string best_program;        // the fastest correct turn's program (token policies)
+  double best_kernel_ms = 0;         // fastest correct turn's kernel median; 0: none correct
+  int32_t first_correct_turn = -1;   // 0-based; -1: none correct
+  std::string last_outcome;          // the last turn's outcome kind ("" when no turn ran)
+  std::string last_message;          // and its message (a compile log, why it failed), trimmed
+  std::string best_program;          // the fastest correct turn's program (token policies)
+  std::vector<double> turn_rewards;  // per turn, in order
+  std::vector<int32_t> turn_correct; // per turn: 1 correct, 0 not
 };
 
 template <class Inspector>
@@ -136,7 +138,7 @@ typename Inspector::result_type inspect(Inspector& f, episode_summary& x) {
   return f(caf::meta::type_name("episode_summary"), x.episode, x.task, x.status, x.reward, x.turns,
            x.correct_turns, x.tokens, x.handed_on, x.total_ms, x.policy_ms, x.pool_ms, x.sink_ms,
            x.queue_ms, x.compile_ms, x.device_ms, x.error, x.best_kernel_ms, x.first_correct_turn,
-           x.last_outcome, x.last_message, x.best_program);
+           x.last_outcome, x.last_message, x.best_program, x.turn_rewards, x.turn_correct);
 }
 
 } // namespace kiln

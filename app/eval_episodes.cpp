@@ -5,6 +5,7 @@
 #include "rollout/builtin_policies.hpp"
 #include "rollout/coordinator.hpp"
 #include "rollout/policy_server.hpp"
+#include "rollout/turn_stats.hpp"
 #ifdef KILN_HAVE_LLM
 #include "llm/llm_policy_server.hpp"
 #endif
@@ -132,6 +133,8 @@ evaluate_policy_episodes(caf::actor_system& sys, const caf::actor& pool, backend
   auto j = nlohmann::json::parse(summary, nullptr, false);
   if (!j.is_object() || !j.contains("episode_rows"))
     return error{"evaluation episodes: the coordinator's summary has no episode rows"};
+  if (j.contains("by_turn"))
+    for (const auto& line : describe_turns(j["by_turn"])) spdlog::info("[{}] {}", p.name, line);
 
   std::map<std::string, std::vector<sample_result>> by_task;
   for (const auto& e : j["episode_rows"]) {

@@ -13,6 +13,7 @@
 #include "rollout/coordinator.hpp"
 #include "rollout/policy_server.hpp"
 #include "rollout/trajectory_sink.hpp"
+#include "rollout/turn_stats.hpp"
 
 #include <atomic>
 #include <caf/actor_system.hpp>
@@ -436,6 +437,8 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
                num(summary, "episodes"), elapsed(),
                turns > 0 ? 100 * num(summary, "correct_turns") / turns : 0.0,
                num(summary, "mean_reward"), learn ? learn->version() : 0);
+  if (summary.contains("by_turn"))
+    for (const auto& line : describe_turns(summary["by_turn"])) spdlog::info("rollout {}", line);
   return summary;
 }
 

@@ -4,6 +4,7 @@
 #include "gpu_pool/device_pool.hpp"
 #include "gpu_pool/job.hpp"
 #include "rollout/trajectory.hpp"
+#include "rollout/turn_stats.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
@@ -42,6 +43,7 @@ struct coordinator_state {
   std::unordered_map<std::string, std::pair<double, int64_t>> first_group; // sum, count
   double gain_sum = 0;
   int64_t gain_episodes = 0;
+  turn_stats by_turn;
   nlohmann::json episode_rows = nlohmann::json::array(); // keep_episodes only
   static inline const char* name = "kiln.coordinator";
 };
@@ -76,6 +78,7 @@ nlohmann::json summary(coordinator_actor* self, bool final_rows = false) {
   nlohmann::json s;
   for (int i = 0; i < 4; ++i) s[to_string(static_cast<episode_status>(i))] = st.by_status[i];
   j["status"] = s;
+  j["by_turn"] = st.by_turn.to_json();
   double n = ended ? double(ended) : 1.0;
   j["mean_ms"] = {{"total", st.total_ms / n},      {"policy", st.policy_ms / n},
                   {"pool", st.pool_ms / n},        {"sink", st.sink_ms / n},
@@ -206,6 +209,7 @@ caf::behavior coordinator(coordinator_actor* self, std::vector<std::shared_ptr<r
         st.correct_turns += s.correct_turns;
         st.tokens += s.tokens;
         st.reward_sum += s.reward;
+        st.by_turn.add(s.turn_rewards, s.turn_correct);
         {
           auto& [sum, count] = st.first_group[s.task];
           if (count < st.cfg.admission.group_size) {

@@ -106,6 +106,8 @@ void done(episode_actor* self, bool handed_on, double sink_ms) {
   }
   for (size_t i = 0; i < st.traj.turns.size(); ++i) {
     const auto& t = st.traj.turns[i];
+    s.turn_rewards.push_back(t.reward);
+    s.turn_correct.push_back(t.outcome == "correct" ? 1 : 0);
     if (t.outcome != "correct" || t.run_ms <= 0) continue;
     if (s.first_correct_turn < 0) s.first_correct_turn = static_cast<int32_t>(i);
     if (s.best_kernel_ms <= 0 || t.run_ms < s.best_kernel_ms) {
