@@ -166,6 +166,7 @@ expected<nlohmann::json> evaluate_learning(const run_config& cfg, const common_a
   if (!cfg.eval_held_out.empty()) {
     auto held = load_tasks(cfg.eval_held_out, limits_of(cfg));
     for (const auto& e : held.errors) spdlog::error("{}", e.message);
+    shuffle_tasks(held.tasks, cfg.shuffle_seed); // the same suites: the training tasks' order
     int overlap = 0;
     for (auto& t : held.tasks) {
       bool seen =
@@ -252,6 +253,7 @@ int cmd_run(const common_args& common, const run_args& args) {
 
   auto set = load_tasks(cfg->suites, limits_of(*cfg));
   for (const auto& e : set.errors) spdlog::error("{}", e.message);
+  shuffle_tasks(set.tasks, cfg->shuffle_seed);
   if (cfg->max_tasks > 0 && static_cast<int64_t>(set.tasks.size()) > cfg->max_tasks)
     set.tasks.resize(static_cast<std::size_t>(cfg->max_tasks));
   spdlog::info("validating {} tasks ({} failed to load)", set.tasks.size(), set.errors.size());

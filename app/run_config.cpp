@@ -14,6 +14,7 @@ expected<run_config> read_run_config(config_reader& r) {
   c.backend = r.choice("run.backend", c.backend, {"cpu", "cuda"});
   c.suites = r.paths("tasks.suites", {});
   c.max_tasks = r.integer("tasks.max_tasks", 0, 0);
+  c.shuffle_seed = static_cast<uint64_t>(r.integer("tasks.shuffle_seed", 0, 0));
   c.memory_budget_mib = r.integer("tasks.memory_budget_mib", c.memory_budget_mib, 1);
   c.max_ops = static_cast<int>(r.integer("tasks.max_ops", c.max_ops, 1, 65536));
   c.threads = static_cast<int>(r.integer("system.threads", 0, 0, 4096));

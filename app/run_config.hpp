@@ -21,6 +21,9 @@ struct run_config {
   std::string backend = "cpu";
   std::vector<std::string> suites;
   int64_t max_tasks = 0;
+  // > 0: the loaded tasks (and the held-out suites') in an order shuffled by this seed, so the
+  // first ones (training) and the rest (held out) are drawn from one mix, not split by name.
+  uint64_t shuffle_seed = 0;
   int64_t memory_budget_mib = 4096;
   int max_ops = 4096;
   int threads = 0;

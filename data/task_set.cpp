@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -109,6 +110,15 @@ task_set load_tasks(const std::vector<std::string>& paths, const check_limits& l
     }
   }
   return out;
+}
+
+void shuffle_tasks(std::vector<task>& tasks, uint64_t seed) {
+  if (seed == 0) return;
+  std::sort(tasks.begin(), tasks.end(),
+            [](const task& a, const task& b) { return a.name < b.name; });
+  std::mt19937_64 rng(seed);
+  for (std::size_t i = tasks.size(); i > 1; --i) // Fisher-Yates: std::shuffle differs by library
+    std::swap(tasks[i - 1], tasks[static_cast<std::size_t>(rng() % i)]);
 }
 
 } // namespace kiln

@@ -6,6 +6,7 @@
 #include "data/task_check.hpp"
 #include "data/task_spec.hpp"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,5 +24,10 @@ task_set load_tasks(const std::vector<std::string>& paths, const check_limits& l
 // Parses a JSON Lines dataset from text; `origin` is its file name for messages.
 task_set parse_jsonl(const std::string& text, const std::string& origin,
                      const check_limits& limits = {});
+
+// Puts `tasks` in an order drawn from `seed` (0: leaves them as they are). The permutation depends
+// only on the seed and the set of names, not on the order they came in: two lists of the same
+// tasks always come out the same (run configs rely on it: tasks.shuffle_seed).
+void shuffle_tasks(std::vector<task>& tasks, uint64_t seed);
 
 } // namespace kiln

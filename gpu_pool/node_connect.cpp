@@ -11,6 +11,7 @@
 #endif
 #include <caf/scoped_actor.hpp>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,6 +20,7 @@
 #include <poll.h>
 #include <set>
 #include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
 
 namespace kiln {
@@ -197,10 +199,28 @@ expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& ho
       if (auto why = probe_tcp(host, static_cast<uint16_t>(port), timeout); !why.empty())
     return error{"pool node " + host_port + ": cannot connect: " + why};
   expected<caf::actor> a = error{"not connected"};
-  if (auto r = connect_actor(sys, host, static_cast<uint16_t>(port), timeout))
-    a = *r;
-  else
+  // A lossy link can stall the BASP handshake past the middleman's connection timeout (a lost
+  // segment waits out TCP's retransmission timer): a timed-out handshake is tried again while the
+  // step's time lasts. A refusal is final at once.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int attempt = 1;; ++attempt) {
+    auto left = std::chrono::duration_cast<std::chrono::seconds>(
+        deadline - std::chrono::steady_clock::now() + std::chrono::milliseconds(999));
+    auto r = connect_actor(sys, host, static_cast<uint16_t>(port),
+                           std::max(left, std::chrono::seconds(1)));
+    if (r) {
+      a = *r;
+      break;
+    }
     a = error{sys.render(r.error())};
+    bool timed_out =
+        r.error() == caf::sec::connection_timeout || r.error() == caf::sec::request_timeout;
+    if (!timed_out || std::chrono::steady_clock::now() + std::chrono::milliseconds(500) > deadline)
+      break;
+    spdlog::warn("pool node {}: handshake attempt {} timed out ({}): trying again", host_port,
+                 attempt, a.message());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
   if (!a)
     return error{"pool node " + host_port + ": cannot connect" +
                  (sys.has_openssl_manager() ? " over TLS: " : ": ") + a.message()};

@@ -6,9 +6,10 @@
 # 50 ms latency with 5% loss, hostile bytes on a node's port. Every eval must pass every task (no
 # job lost, none answered twice), lost nodes must be detected within the peer timeout and must
 # rejoin the running coordinator. Needs root and `ip netns` (iproute2): skipped (77) otherwise.
-#   netns_farm.sh KILN SOURCE_DIR OUT_DIR        figures: OUT_DIR/netns_farm/figures.tsv
+#   netns_farm.sh KILN SOURCE_DIR OUT_DIR [NFQ_NETEM]   figures: OUT_DIR/netns_farm/figures.tsv
+# NFQ_NETEM (tests/cli/nfq_netem.cpp) stands in for sch_netem where the kernel lacks it.
 set -u
-kiln="$1"; src="$2"; out="$3/netns_farm"
+kiln="$1"; src="$2"; out="$3/netns_farm"; nfq_netem="${4:-}"
 rm -rf "$out"; mkdir -p "$out"
 tag="k$$"
 sw="${tag}sw"; co="${tag}co"; n1="${tag}n1"; n2="${tag}n2"
@@ -161,17 +162,51 @@ grep -q "pool $ip_n2:$port rejoined" "$out/cut.log" || fail "node2 did not rejoi
 [ "$(pool_field cut failed)" -eq 0 ] || fail "jobs failed across the cut link"
 figure "link_cut_jobs_retried" "$(pool_field cut retries)"
 
-# 5. 50 ms each way and 5% loss on every host's link (where the kernel has sch_netem).
+# 5. 50 ms and 5% loss on every packet each host sends (netem on each eth0, or where the kernel
+#    has no sch_netem the same in user space: an NFQUEUE rule on eth0's output and nfq_netem).
+hosts=("$co" "$n1" "$n2")
+impair=""
 if ip netns exec "$co" tc qdisc add dev eth0 root netem delay 50ms loss 5% 2> /dev/null; then
   ip netns exec "$n1" tc qdisc add dev eth0 root netem delay 50ms loss 5% &&
     ip netns exec "$n2" tc qdisc add dev eth0 root netem delay 50ms loss 5% || fail "netem"
+  impair=netem
+elif [ -x "$nfq_netem" ] && command -v iptables-legacy > /dev/null; then
+  seed=1
+  nfq_pids=()
+  for ns in "${hosts[@]}"; do
+    ip netns exec "$ns" iptables-legacy -A OUTPUT -o eth0 -j NFQUEUE --queue-num 0 ||
+      fail "iptables NFQUEUE rule in $ns"
+    ip netns exec "$ns" "$nfq_netem" 0 50 0.05 "$seed" > "$out/nfq-$ns.log" 2>&1 &
+    pids+=("$!")
+    nfq_pids+=("$!")
+    seed=$((seed + 1))
+  done
+  for ns in "${hosts[@]}"; do
+    for _ in $(seq 50); do grep -q "nfq_netem: queue" "$out/nfq-$ns.log" && break; sleep 0.1; done
+    grep -q "nfq_netem: queue" "$out/nfq-$ns.log" || fail "nfq_netem did not start in $ns"
+  done
+  impair=nfqueue
+fi
+if [ -n "$impair" ]; then
   t0=$(now)
   coordinator_eval lossy 4 --suite "$(tasks 8 1003)" || fail "eval over lossy links exited $?"
   passed_all lossy 8 || fail "eval over lossy links did not pass all 8 tasks"
-  figure "eval_8_tasks_netem_50ms_5pct_s" "$(python3 -c "print(round($(now) - $t0, 2))")"
-  for ns in "$co" "$n1" "$n2"; do ip netns exec "$ns" tc qdisc del dev eth0 root; done
+  figure "eval_8_tasks_${impair}_50ms_5pct_s" "$(python3 -c "print(round($(now) - $t0, 2))")"
+  [ "$(pool_field lossy failed)" -eq 0 ] || fail "jobs failed over lossy links"
+  figure "lossy_jobs_retried" "$(pool_field lossy retries)"
+  grep -q "pool .* lost" "$out/lossy.log" && figure "lossy_nodes_lost" "$(grep -c "pool .* lost" "$out/lossy.log")"
+  if [ "$impair" = netem ]; then
+    for ns in "${hosts[@]}"; do ip netns exec "$ns" tc qdisc del dev eth0 root; done
+  else
+    for ns in "${hosts[@]}"; do ip netns exec "$ns" iptables-legacy -F OUTPUT; done
+    kill -TERM "${nfq_pids[@]}" 2> /dev/null
+    wait "${nfq_pids[@]}" 2> /dev/null
+    for ns in "${hosts[@]}"; do
+      figure "nfq_dropped_$ns" "$(grep -o "[0-9]* packets, [0-9]* dropped" "$out/nfq-$ns.log")"
+    done
+  fi
 else
-  echo "netns_farm: latency and loss: SKIP (this kernel has no sch_netem)"
+  echo "netns_farm: latency and loss: SKIP (no sch_netem in this kernel, and no nfq_netem / iptables-legacy)"
 fi
 
 # 6. Hostile peers on node1's port: random bytes, a BASP header claiming a 4 GiB payload, a

@@ -197,3 +197,34 @@ TEST_CASE("directories load recursively, bad files are reported, good ones kept"
   CHECK(contains(set.errors[1].message, "no such file"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("shuffle_tasks: one order per seed whatever the input order, and 0 leaves the order") {
+  std::vector<task> a;
+  for (int i = 0; i < 12; ++i) {
+    task t;
+    t.name = "t" + std::to_string(i);
+    a.push_back(t);
+  }
+  auto names = [](const std::vector<task>& v) {
+    std::vector<std::string> n;
+    for (const auto& t : v) n.push_back(t.name);
+    return n;
+  };
+  auto kept = a;
+  shuffle_tasks(kept, 0);
+  CHECK(names(kept) == names(a));
+  auto x = a, y = a;
+  std::reverse(y.begin(), y.end());
+  shuffle_tasks(x, 7);
+  shuffle_tasks(y, 7);
+  CHECK(names(x) == names(y)); // the input order does not matter
+  CHECK(names(x) != names(a)); // it did reorder
+  auto z = a;
+  shuffle_tasks(z, 8);
+  CHECK(names(z) != names(x)); // another seed, another order
+  auto sorted = names(x);
+  std::sort(sorted.begin(), sorted.end());
+  auto expect = names(a);
+  std::sort(expect.begin(), expect.end());
+  CHECK(sorted == expect); // a permutation: nothing lost or repeated
+}
