@@ -257,8 +257,57 @@ std::vector<std::vector<std::string>> learned_rows(const json& summary) {
   return rows;
 }
 
-const char* kLearnedColumns[] = {
+const std::vector<std::string> kLearnedColumns = {
     "set", "policy", "pass", "geomean vs eager", "speed vs expert", "paired tasks"};
+
+// The rollout's "by_turn" (multi-turn runs only): does a revision beat the turn before it?
+std::vector<std::vector<std::string>> turn_rows(const json& summary) {
+  std::vector<std::vector<std::string>> rows;
+  if (!summary.is_object() || !summary.contains("rollout")) return rows;
+  const json turns = summary["rollout"].value("by_turn", json::array());
+  if (!turns.is_array() || turns.size() < 2) return rows;
+  for (const auto& t : turns) {
+    bool later = t.contains("mean_gain");
+    rows.push_back({std::to_string(t.value("turn", 0)), std::to_string(t.value("episodes", 0)),
+                    num(100 * t.value("pass", 0.0)) + "%", num(t.value("mean_reward", 0.0)),
+                    later ? num(100 * t.value("better", 0.0)) + "%" : "-",
+                    later ? num(100 * t.value("worse", 0.0)) + "%" : "-",
+                    later ? num(t.value("mean_gain", 0.0)) : "-"});
+  }
+  return rows;
+}
+
+const std::vector<std::string> kTurnColumns = {
+    "turn", "episodes", "pass", "mean reward", "better than the turn before", "worse", "mean gain"};
+
+void html_table(std::ostringstream& o, const std::string& title,
+                const std::vector<std::string>& columns,
+                const std::vector<std::vector<std::string>>& rows, const std::string& note) {
+  o << "<h2>" << esc(title) << "</h2><table><tr>";
+  for (const auto& c : columns) o << "<th>" << esc(c) << "</th>";
+  o << "</tr>";
+  for (const auto& r : rows) {
+    o << "<tr>";
+    for (const auto& c : r) o << "<td>" << esc(c) << "</td>";
+    o << "</tr>";
+  }
+  o << "</table><p class=\"note\">" << esc(note) << "</p>";
+}
+
+void markdown_table(std::ostringstream& o, const std::string& title,
+                    const std::vector<std::string>& columns,
+                    const std::vector<std::vector<std::string>>& rows) {
+  o << "\n" << title << "\n\n|";
+  for (const auto& c : columns) o << " " << c << " |";
+  o << "\n|";
+  for (std::size_t i = 0; i < columns.size(); ++i) o << " --- |";
+  o << "\n";
+  for (const auto& r : rows) {
+    o << "|";
+    for (const auto& c : r) o << " " << c << " |";
+    o << "\n";
+  }
+}
 
 } // namespace
 
@@ -329,18 +378,14 @@ std::string render_html(const std::vector<report_source>& sources) {
   }
   // What training changed: the untrained model, the trained one and the expert on the same tasks.
   for (const auto& s : sources) {
-    auto rows = learned_rows(s.summary);
-    if (rows.empty()) continue;
-    o << "<h2>What was learned: " << esc(s.label) << "</h2><table><tr>";
-    for (const char* c : kLearnedColumns) o << "<th>" << c << "</th>";
-    o << "</tr>";
-    for (const auto& r : rows) {
-      o << "<tr>";
-      for (const auto& c : r) o << "<td>" << esc(c) << "</td>";
-      o << "</tr>";
-    }
-    o << "</table><p class=\"note\">greedy programs through the pool; speed vs expert: geomean "
-         "of the expert's kernel time over the policy's, on the tasks both solved</p>";
+    if (auto rows = learned_rows(s.summary); !rows.empty())
+      html_table(o, "What was learned: " + s.label, kLearnedColumns, rows,
+                 "greedy programs through the pool; speed vs expert: geomean of the expert's "
+                 "kernel time over the policy's, on the tasks both solved");
+    if (auto rows = turn_rows(s.summary); !rows.empty())
+      html_table(o, "Revisions: " + s.label, kTurnColumns, rows,
+                 "each turn's reward against the same episode's turn before it (sampled "
+                 "rollout episodes)");
   }
   // Training runs: what each run's rollouts earned (summary.json of `kiln run`).
   bool any_rollout = false;
@@ -427,18 +472,10 @@ std::string render_markdown(const std::vector<report_source>& sources) {
       for (const auto& [lvl, v] : levels.items()) row(lvl, v);
     }
   for (const auto& s : sources) {
-    auto rows = learned_rows(s.summary);
-    if (rows.empty()) continue;
-    o << "\nwhat was learned (" << s.label << ")\n\n|";
-    for (const char* c : kLearnedColumns) o << " " << c << " |";
-    o << "\n|";
-    for (std::size_t i = 0; i < std::size(kLearnedColumns); ++i) o << " --- |";
-    o << "\n";
-    for (const auto& r : rows) {
-      o << "|";
-      for (const auto& c : r) o << " " << c << " |";
-      o << "\n";
-    }
+    if (auto rows = learned_rows(s.summary); !rows.empty())
+      markdown_table(o, "what was learned (" + s.label + ")", kLearnedColumns, rows);
+    if (auto rows = turn_rows(s.summary); !rows.empty())
+      markdown_table(o, "revisions (" + s.label + ")", kTurnColumns, rows);
   }
   for (const auto& s : sources)
     for (const auto& m : s.series)

@@ -135,3 +135,26 @@ TEST_CASE("a run's after-training evaluation shows what was learned, set by set"
   CHECK(html.find("What was learned: kiln_report_test_learned") != std::string::npos);
   CHECK(html.find("<td>untrained</td><td>50%</td><td>0.8x</td><td>0.7x</td>") != std::string::npos);
 }
+
+TEST_CASE("a multi-turn run shows whether revisions beat the turn before them") {
+  auto d = make_run("turns");
+  std::ofstream(d / "summary.json") << R"({"name": "unit", "rollout": {"by_turn": [
+    {"turn": 1, "episodes": 8, "pass": 0.75, "mean_reward": 1.5},
+    {"turn": 2, "episodes": 8, "pass": 0.875, "mean_reward": 1.75, "better": 0.5, "worse": 0.25,
+     "mean_gain": 0.25}]}})";
+  std::ofstream(d / "eval.json") << R"([{"policy": "expert", "backend": "cpu",
+    "overall": {"tasks": 1, "pass_rate": 1}, "tasks": []}])";
+  auto s = load_report_source(d.string());
+  REQUIRE(s);
+  auto md = render_markdown({*s});
+  CHECK(md.find("revisions (kiln_report_test_turns)") != std::string::npos);
+  CHECK(md.find("| 1 | 8 | 75% | 1.5 | - | - | - |") != std::string::npos);
+  CHECK(md.find("| 2 | 8 | 87.5% | 1.75 | 50% | 25% | 0.25 |") != std::string::npos);
+  CHECK(render_html({*s}).find("Revisions: kiln_report_test_turns") != std::string::npos);
+
+  std::ofstream(d / "summary.json") << R"({"name": "unit", "rollout": {"by_turn": [
+    {"turn": 1, "episodes": 8, "pass": 0.75, "mean_reward": 1.5}]}})";
+  auto one = load_report_source(d.string());
+  REQUIRE(one);
+  CHECK(render_markdown({*one}).find("revisions") == std::string::npos); // one turn: nothing to say
+}
