@@ -67,6 +67,9 @@ std::string peer_name(const sockaddr_storage& a) {
 
 struct basp_guard::impl {
   basp_guard_options opts;
+  sockaddr_storage upstream{};
+  socklen_t upstream_len = 0;
+  std::string upstream_name; // host:port, for logs
   int listen_fd = -1, epoll_fd = -1, wake_fd = -1;
   std::unordered_map<int, std::shared_ptr<conn>> by_fd;
   std::unordered_map<std::string, int> per_host; // open connections per peer address
@@ -111,9 +114,9 @@ struct basp_guard::impl {
     conns.erase(std::remove(conns.begin(), conns.end(), c), conns.end());
   }
 
-  // Takes a peer's bytes: whole frames go to c.to_up, a partial one waits in c.frame. False
-  // (counted, logged) when a header claims too much or the held bytes would pass the budget.
-  bool take(conn& c, const char* p, std::size_t n) {
+  // Takes the guarded side's bytes: whole frames go to `out`, a partial one waits in c.frame.
+  // False (counted, logged) when a header claims too much or the held bytes would pass the budget.
+  bool take(conn& c, const char* p, std::size_t n, std::string& out) {
     while (n > 0) {
       if (c.frame.empty()) c.since = clock_type::now();
       if (c.frame_size == 0) { // the header
@@ -146,7 +149,7 @@ struct basp_guard::impl {
       n -= k;
       if (c.frame.size() == c.frame_size) {
         held -= c.frame_size - basp_header_size;
-        c.to_up += c.frame;
+        out += c.frame;
         c.frame.clear();
         c.frame_size = 0;
         c.first_frame = true;
@@ -191,13 +194,9 @@ struct basp_guard::impl {
         ::close(fd);
         continue;
       }
-      int up = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      sockaddr_in to{};
-      to.sin_family = AF_INET;
-      to.sin_port = htons(opts.upstream_port);
-      to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      if (up < 0 ||
-          (connect(up, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0 && errno != EINPROGRESS)) {
+      int up = socket(upstream.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (up < 0 || (connect(up, reinterpret_cast<sockaddr*>(&upstream), upstream_len) != 0 &&
+                     errno != EINPROGRESS)) {
         if (up >= 0) ::close(up);
         ::close(fd);
         count(&basp_guard_stats::upstream);
@@ -206,7 +205,7 @@ struct basp_guard::impl {
       auto c = std::make_shared<conn>();
       c->peer = fd;
       c->up = up;
-      c->name = peer_name(addr);
+      c->name = opts.guard_upstream ? upstream_name : peer_name(addr);
       c->host = host;
       ++per_host[host];
       c->since = clock_type::now();
@@ -222,6 +221,7 @@ struct basp_guard::impl {
   // One readiness event on fd (either side of c).
   void serve(const std::shared_ptr<conn>& c, int fd, uint32_t events) {
     const bool from_peer = fd == c->peer;
+    const bool from_guarded = from_peer != opts.guard_upstream;
     std::string& out = from_peer ? c->to_up : c->to_peer;
     const int other = from_peer ? c->up : c->peer;
     if (events & EPOLLOUT) {
@@ -237,9 +237,9 @@ struct basp_guard::impl {
       }
       if (r > 0) {
         const char* bytes = reinterpret_cast<const char*>(buf);
-        if (!from_peer)
+        if (!from_guarded)
           out.append(bytes, static_cast<std::size_t>(r));
-        else if (!take(*c, bytes, static_cast<std::size_t>(r)))
+        else if (!take(*c, bytes, static_cast<std::size_t>(r), out))
           return close_conn(c);
         if (!flush(other, out)) return close_conn(c);
       }
@@ -320,6 +320,21 @@ status basp_guard::start(const basp_guard_options& opts) {
   getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
   port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(bound).sin6_port
                                             : reinterpret_cast<sockaddr_in&>(bound).sin_port);
+  addrinfo uh{};
+  uh.ai_family = AF_UNSPEC;
+  uh.ai_socktype = SOCK_STREAM;
+  uh.ai_flags = AI_NUMERICSERV;
+  addrinfo* ur = nullptr;
+  const std::string up_where = opts.upstream_host + ":" + std::to_string(opts.upstream_port);
+  if (int rc = getaddrinfo(opts.upstream_host.c_str(), std::to_string(opts.upstream_port).c_str(),
+                           &uh, &ur)) {
+    ::close(fd);
+    return error{"basp guard: cannot resolve " + up_where + ": " + gai_strerror(rc)};
+  }
+  std::memcpy(&impl_->upstream, ur->ai_addr, ur->ai_addrlen);
+  impl_->upstream_len = static_cast<socklen_t>(ur->ai_addrlen);
+  impl_->upstream_name = up_where;
+  freeaddrinfo(ur);
   impl_->listen_fd = fd;
   impl_->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   impl_->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -9,6 +9,10 @@
 // max_per_host from one address) are cut.
 //   peer --frames--> guard (whole frames, bounded) --same bytes--> 127.0.0.1:upstream (middleman)
 //   peer <--bytes-- guard <--bytes-- middleman
+// Outbound (guard_upstream): the same bounds on the frames of a remote node a coordinator connects
+// to, whose middleman would otherwise allocate whatever a node's header claims:
+//   middleman --bytes--> 127.0.0.1:port (guard) --same bytes--> node
+//   middleman <--same bytes-- guard (whole frames, bounded) <--frames-- node
 // Over TLS (caf_openssl) nothing reaches BASP before the handshake authenticates the peer, so
 // TLS nodes publish directly and need no guard.
 #pragma once
@@ -25,8 +29,10 @@ namespace kiln {
 
 struct basp_guard_options {
   std::string bind = "127.0.0.1";
-  uint16_t port = 0;          // 0: any free port (port() tells)
-  uint16_t upstream_port = 0; // the middleman's listener on 127.0.0.1
+  uint16_t port = 0;                       // 0: any free port (port() tells)
+  std::string upstream_host = "127.0.0.1"; // inbound: the middleman's listener; outbound: a node
+  uint16_t upstream_port = 0;
+  bool guard_upstream = false; // outbound: hold the upstream's frames, not the accepted peer's
   uint32_t max_payload = uint32_t{64} << 20;
   uint32_t max_first_payload = uint32_t{64} << 10; // a client handshake is a few hundred bytes
   uint64_t budget_bytes = uint64_t{512} << 20;     // partial frames held for all peers together

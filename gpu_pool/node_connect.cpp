@@ -1,5 +1,6 @@
 #include "gpu_pool/node_connect.hpp"
 
+#include "actors/basp_guard.hpp"
 #include "gpu_pool/device_pool.hpp"
 
 #include <caf/actor_system_config.hpp>
@@ -16,8 +17,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <netdb.h>
 #include <poll.h>
+#include <random>
 #include <set>
 #include <sys/socket.h>
 #include <thread>
@@ -173,6 +177,29 @@ caf::expected<caf::actor> connect_actor(caf::actor_system& sys, const std::strin
   return result;
 }
 
+// A plaintext node's frames reach this process's middleman through a guard on loopback: CAF 0.17
+// allocates whatever payload a BASP header claims, and a coordinator on an open network must not
+// trust an address it was told to connect to more than a node trusts its peers. One guard per
+// node address, reused by reconnects, for the life of the process (the guards are never destroyed:
+// the middleman may hold a connection through one until the very end).
+expected<uint16_t> outbound_guard(const std::string& host, uint16_t port) {
+  static std::mutex mu;
+  static auto* guards = new std::map<std::string, basp_guard*>();
+  std::lock_guard<std::mutex> lock(mu);
+  const std::string key = host + ":" + std::to_string(port);
+  if (auto it = guards->find(key); it != guards->end()) return it->second->port();
+  basp_guard_options o;
+  o.upstream_host = host;
+  o.upstream_port = port;
+  o.guard_upstream = true;
+  o.max_per_host = o.max_connections; // the accepted side is this process
+  auto g = std::make_unique<basp_guard>();
+  if (auto st = g->start(o); !st) return st.err();
+  uint16_t p = g->port();
+  (*guards)[key] = g.release();
+  return p;
+}
+
 } // namespace
 
 expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& host_port,
@@ -198,6 +225,14 @@ expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& ho
 #endif
       if (auto why = probe_tcp(host, static_cast<uint16_t>(port), timeout); !why.empty())
     return error{"pool node " + host_port + ": cannot connect: " + why};
+  std::string via_host = host;
+  uint16_t via_port = static_cast<uint16_t>(port);
+  if (!sys.has_openssl_manager()) {
+    auto g = outbound_guard(host, static_cast<uint16_t>(port));
+    if (!g) return error{"pool node " + host_port + ": " + g.message()};
+    via_host = "127.0.0.1";
+    via_port = *g;
+  }
   expected<caf::actor> a = error{"not connected"};
   // A lossy link can stall the BASP handshake past the middleman's connection timeout (a lost
   // segment waits out TCP's retransmission timer): a timed-out handshake is tried again while the
@@ -206,8 +241,7 @@ expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& ho
   for (int attempt = 1;; ++attempt) {
     auto left = std::chrono::duration_cast<std::chrono::seconds>(
         deadline - std::chrono::steady_clock::now() + std::chrono::milliseconds(999));
-    auto r = connect_actor(sys, host, static_cast<uint16_t>(port),
-                           std::max(left, std::chrono::seconds(1)));
+    auto r = connect_actor(sys, via_host, via_port, std::max(left, std::chrono::seconds(1)));
     if (r) {
       a = *r;
       break;
@@ -219,7 +253,11 @@ expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& ho
       break;
     spdlog::warn("pool node {}: handshake attempt {} timed out ({}): trying again", host_port,
                  attempt, a.message());
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // A random pause: attempts a fixed interval apart can fall in step with the middleman's
+    // heartbeat tick and meet the same timing on every try.
+    static thread_local std::mt19937 jitter{std::random_device{}()};
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(100, 700)(jitter)));
   }
   if (!a)
     return error{"pool node " + host_port + ": cannot connect" +

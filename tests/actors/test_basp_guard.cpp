@@ -1,6 +1,6 @@
 // The frame guard in front of a real middleman: a remote actor works through it; an oversize
 // header, a peer that never finishes a frame, connections past the cap and past one address's
-// share are cut, and the middleman keeps serving.
+// share are cut, and the middleman keeps serving; outbound, a node's frames are held the same way.
 #include "actors/actor_system_setup.hpp"
 #include "actors/basp_guard.hpp"
 
@@ -193,5 +193,53 @@ TEST_CASE("one address cannot take every slot: past max_per_host it is refused, 
   caf::actor_system client{client_cfg};
   CHECK(ask(client, guard.port()) == "echo hi");
   guard.stop();
+  caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("outbound: a node's frames reach the middleman whole, a node's 4 GiB header does not") {
+  caf::actor_system_config server_cfg, client_cfg;
+  configure_actor_system(server_cfg, {1, "sharing", true});
+  configure_actor_system(client_cfg, {1, "sharing", true});
+  caf::actor_system server{server_cfg}, client{client_cfg};
+  auto e = server.spawn(echo);
+  auto node = server.middleman().publish(e, 0, "127.0.0.1", true);
+  REQUIRE(node);
+  basp_guard honest;
+  basp_guard_options o;
+  o.upstream_port = *node;
+  o.guard_upstream = true;
+  REQUIRE(honest.start(o));
+  CHECK(ask(client, honest.port()) == "echo hi");
+  CHECK(honest.stats().oversize == 0);
+
+  // A "node" that answers a connection with a header claiming 4 GiB.
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(listen(ls, 4) == 0);
+  REQUIRE(getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  std::thread hostile([ls] {
+    int c = accept(ls, nullptr, nullptr);
+    if (c < 0) return;
+    unsigned char h[basp_header_size] = {0, 0, 0, 0, 0xff, 0xff, 0xff, 0xf0};
+    (void)!send(c, h, sizeof h, MSG_NOSIGNAL);
+    char buf[256];
+    while (recv(c, buf, sizeof buf, 0) > 0) {
+    }
+    close(c);
+  });
+  basp_guard guarded;
+  o.upstream_port = ntohs(a.sin_port);
+  REQUIRE(guarded.start(o));
+  auto answer = ask(client, guarded.port());
+  CHECK_MESSAGE(answer.rfind("connect failed", 0) == 0, answer);
+  CHECK(guarded.stats().oversize == 1);
+  guarded.stop();
+  hostile.join();
+  close(ls);
+  honest.stop();
   caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
 }

@@ -2,7 +2,7 @@
 # `kiln node` end to end on loopback: a published pool serves `kiln eval --remote` and a `kiln run`
 # whose [pool] is remote only; a node killed while it holds jobs costs time, not results (the
 # router retries them on the local pool); an unreachable node is a clear error; SIGTERM stops a
-# node cleanly with its stats.
+# node cleanly with its stats; a hostile "node" cannot make the coordinator allocate what it claims.
 #   node_pool.sh KILN SOURCE_DIR OUT_DIR
 set -u
 kiln="$1"; src="$2"; out="$3/node_pool"
@@ -64,4 +64,29 @@ grep -o '"retries":[0-9]*' "$out/eval_lost.log" | head -1
 rc=$?
 [ "$rc" -eq 2 ] || fail "unreachable node: exit $rc, wanted 2"
 grep -q "pool node 127.0.0.1:1: cannot connect" "$out/eval_none.log" || fail "unreachable node not named"
+# 6. A "node" that answers with a BASP header claiming 4 GiB: the coordinator's frame guard cuts
+#    it before its middleman allocates; the eval exits 2 naming the node, its peak RSS stays small.
+python3 - "$kiln" "$relu" "$out/eval_hostile_node.log" <<'PY' || fail "hostile node: see $out/eval_hostile_node.log"
+import resource, socket, struct, subprocess, sys, threading
+kiln, relu, log = sys.argv[1:4]
+ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen(8)
+port = ls.getsockname()[1]
+def serve():
+    while True:
+        try:
+            c, _ = ls.accept()
+        except OSError:
+            return
+        c.sendall(struct.pack(">BBBBI", 0, 0, 0, 0, 0xFFFFFFF0) + bytes(24))
+threading.Thread(target=serve, daemon=True).start()
+with open(log, "w") as f:
+    rc = subprocess.call([kiln, "--threads", "1", "eval", "--policy", "expert", "--suite", relu,
+                          "--remote", f"127.0.0.1:{port}"], stdout=f, stderr=subprocess.STDOUT)
+peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+text = open(log).read()
+print(f"hostile node: exit {rc}, coordinator peak RSS {peak_kib} KiB")
+ok = rc == 2 and f"pool node 127.0.0.1:{port}: cannot connect" in text and peak_kib < 1 << 20
+ok = ok and "claiming 4294967280 bytes" in text
+sys.exit(0 if ok else 1)
+PY
 echo "node_pool: ok"
