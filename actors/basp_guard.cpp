@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <netdb.h>
@@ -79,6 +80,13 @@ struct basp_guard::impl {
   uint64_t held = 0; // payload bytes promised by the headers of partial frames
   clock_type::time_point accept_paused_until;
   std::atomic<bool> stopping{false};
+  // Outbound: an upstream dialed ahead of the middleman's connect, whose first frame (the node's
+  // handshake) is already held, so the middleman gets it the moment it connects.
+  std::mutex prep_mu;
+  std::condition_variable prep_cv;
+  bool prep_wanted = false; // prepare() asks; the relay thread dials
+  int prep_state = 0;       // 0 none, 1 dialing, 2 ready, -1 failed
+  std::shared_ptr<conn> prepared;
 
   void count(int64_t basp_guard_stats::*field) {
     std::lock_guard<std::mutex> g(stats_mu);
@@ -95,8 +103,39 @@ struct basp_guard::impl {
   // Reads each fd while the other side's pending bytes are under the cap; asks to write where
   // bytes wait.
   void rearm(conn& c) {
-    watch(c.peer, c.to_up.size() < pending_cap, !c.to_peer.empty(), false);
+    if (c.peer >= 0) watch(c.peer, c.to_up.size() < pending_cap, !c.to_peer.empty(), false);
     watch(c.up, c.to_peer.size() < pending_cap, !c.to_up.empty(), false);
+  }
+
+  void set_prep_state(int state) {
+    std::lock_guard<std::mutex> g(prep_mu);
+    prep_state = state;
+    prep_cv.notify_all();
+  }
+
+  // Dials the upstream with no peer yet (prepare()); serve() marks it ready once its first frame
+  // is whole.
+  void dial_prepared() {
+    if (prepared) { // a stale one (the node may have dropped it): replaced, not reported
+      auto stale = prepared;
+      prepared.reset();
+      close_conn(stale);
+    }
+    int up = socket(upstream.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (up < 0 || (connect(up, reinterpret_cast<sockaddr*>(&upstream), upstream_len) != 0 &&
+                   errno != EINPROGRESS)) {
+      if (up >= 0) ::close(up);
+      count(&basp_guard_stats::upstream);
+      return set_prep_state(-1);
+    }
+    auto c = std::make_shared<conn>();
+    c->up = up;
+    c->name = upstream_name;
+    c->since = clock_type::now();
+    conns.push_back(c);
+    by_fd[up] = c;
+    watch(up, true, false, true);
+    prepared = c;
   }
 
   void close_conn(const std::shared_ptr<conn> c) { // by value: callers pass map entries
@@ -109,8 +148,13 @@ struct basp_guard::impl {
         ::close(fd);
       }
     c->peer = c->up = -1;
-    if (auto it = per_host.find(c->host); it != per_host.end() && --it->second <= 0)
+    if (auto it = per_host.find(c->host);
+        !c->host.empty() && it != per_host.end() && --it->second <= 0)
       per_host.erase(it);
+    if (c == prepared) {
+      prepared.reset();
+      set_prep_state(-1);
+    }
     conns.erase(std::remove(conns.begin(), conns.end(), c), conns.end());
   }
 
@@ -194,6 +238,23 @@ struct basp_guard::impl {
         ::close(fd);
         continue;
       }
+      if (prepared && prepared->first_frame) { // its handshake is held: the middleman gets it now
+        auto c = prepared;
+        prepared.reset();
+        c->peer = fd;
+        c->host = host;
+        ++per_host[host];
+        by_fd[fd] = c;
+        watch(fd, true, false, true);
+        count(&basp_guard_stats::accepted);
+        if (!flush(fd, c->to_peer)) {
+          close_conn(c);
+          continue;
+        }
+        rearm(*c);
+        set_prep_state(0);
+        continue;
+      }
       int up = socket(upstream.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (up < 0 || (connect(up, reinterpret_cast<sockaddr*>(&upstream), upstream_len) != 0 &&
                      errno != EINPROGRESS)) {
@@ -232,7 +293,7 @@ struct basp_guard::impl {
       ssize_t r = ::recv(fd, buf, sizeof buf, 0);
       if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         if (!from_peer && r < 0) count(&basp_guard_stats::upstream);
-        (void)flush(other, out); // the last bytes, best effort
+        if (other >= 0) (void)flush(other, out); // the last bytes, best effort
         return close_conn(c);
       }
       if (r > 0) {
@@ -241,7 +302,8 @@ struct basp_guard::impl {
           out.append(bytes, static_cast<std::size_t>(r));
         else if (!take(*c, bytes, static_cast<std::size_t>(r), out))
           return close_conn(c);
-        if (!flush(other, out)) return close_conn(c);
+        if (other >= 0 && !flush(other, out)) return close_conn(c);
+        if (c == prepared && c->first_frame) set_prep_state(2);
       }
     }
     rearm(*c);
@@ -274,7 +336,17 @@ struct basp_guard::impl {
       int n = epoll_wait(epoll_fd, events, 64, 200);
       for (int i = 0; i < n; ++i) {
         int fd = events[i].data.fd;
-        if (fd == wake_fd) continue;
+        if (fd == wake_fd) {
+          uint64_t drained = 0;
+          (void)!::read(wake_fd, &drained, sizeof drained);
+          bool want = false;
+          {
+            std::lock_guard<std::mutex> g(prep_mu);
+            std::swap(want, prep_wanted);
+          }
+          if (want) dial_prepared();
+          continue;
+        }
         if (fd == listen_fd) {
           accept_all();
           continue;
@@ -348,6 +420,26 @@ status basp_guard::start(const basp_guard_options& opts) {
   impl_->watch(fd, true, false, true);
   impl_->watch(impl_->wake_fd, true, false, true);
   thread_ = std::thread([i = impl_.get()] { i->run(); });
+  return ok();
+}
+
+status basp_guard::prepare(std::chrono::milliseconds timeout) {
+  if (!impl_ || !impl_->opts.guard_upstream)
+    return error{"basp guard: prepare needs an outbound guard"};
+  {
+    std::lock_guard<std::mutex> g(impl_->prep_mu);
+    impl_->prep_wanted = true;
+    impl_->prep_state = 1;
+  }
+  uint64_t one = 1;
+  (void)!::write(impl_->wake_fd, &one, sizeof one);
+  std::unique_lock<std::mutex> lock(impl_->prep_mu);
+  if (!impl_->prep_cv.wait_for(lock, timeout, [&] { return impl_->prep_state != 1; }))
+    return error{"no BASP handshake from " + impl_->upstream_name + " within " +
+                 std::to_string(timeout.count()) +
+                 " ms (a node started with --tls answers TLS clients only)"};
+  if (impl_->prep_state != 2)
+    return error{"the connection to " + impl_->upstream_name + " closed before its handshake"};
   return ok();
 }
 

@@ -20,6 +20,7 @@
 #include "data/expected.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -67,6 +68,11 @@ public:
   // Listens and starts the relay thread; the error names the address that failed.
   status start(const basp_guard_options& opts);
   void stop();
+  // Outbound only: dials the upstream and waits until its first frame (the node's handshake) is
+  // held, so the next connection to port() gets it at once. CAF 0.17.6 drops an outgoing
+  // connection whose handshake is not in by its next heartbeat tick (the connection's context
+  // starts with last_seen at the clock's epoch), which a slow link otherwise meets on many tries.
+  status prepare(std::chrono::milliseconds timeout);
   uint16_t port() const { return port_; }
   basp_guard_stats stats() const;
 

@@ -180,14 +180,15 @@ caf::expected<caf::actor> connect_actor(caf::actor_system& sys, const std::strin
 // A plaintext node's frames reach this process's middleman through a guard on loopback: CAF 0.17
 // allocates whatever payload a BASP header claims, and a coordinator on an open network must not
 // trust an address it was told to connect to more than a node trusts its peers. One guard per
-// node address, reused by reconnects, for the life of the process (the guards are never destroyed:
-// the middleman may hold a connection through one until the very end).
-expected<uint16_t> outbound_guard(const std::string& host, uint16_t port) {
+// node address, reused by reconnects. They stop with the process's statics, after main returned
+// (the actor systems, whose connections pass through them, are gone by then; spdlog, which their
+// threads log to, was set up before the first of them and outlives them).
+expected<basp_guard*> outbound_guard(const std::string& host, uint16_t port) {
   static std::mutex mu;
-  static auto* guards = new std::map<std::string, basp_guard*>();
+  static std::map<std::string, std::unique_ptr<basp_guard>> guards;
   std::lock_guard<std::mutex> lock(mu);
   const std::string key = host + ":" + std::to_string(port);
-  if (auto it = guards->find(key); it != guards->end()) return it->second->port();
+  if (auto it = guards.find(key); it != guards.end()) return it->second.get();
   basp_guard_options o;
   o.upstream_host = host;
   o.upstream_port = port;
@@ -195,9 +196,7 @@ expected<uint16_t> outbound_guard(const std::string& host, uint16_t port) {
   o.max_per_host = o.max_connections; // the accepted side is this process
   auto g = std::make_unique<basp_guard>();
   if (auto st = g->start(o); !st) return st.err();
-  uint16_t p = g->port();
-  (*guards)[key] = g.release();
-  return p;
+  return (guards[key] = std::move(g)).get();
 }
 
 } // namespace
@@ -227,11 +226,13 @@ expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& ho
     return error{"pool node " + host_port + ": cannot connect: " + why};
   std::string via_host = host;
   uint16_t via_port = static_cast<uint16_t>(port);
+  basp_guard* guard = nullptr;
   if (!sys.has_openssl_manager()) {
     auto g = outbound_guard(host, static_cast<uint16_t>(port));
     if (!g) return error{"pool node " + host_port + ": " + g.message()};
+    guard = *g;
     via_host = "127.0.0.1";
-    via_port = *g;
+    via_port = guard->port();
   }
   expected<caf::actor> a = error{"not connected"};
   // A lossy link can stall the BASP handshake past the middleman's connection timeout (a lost
@@ -239,6 +240,12 @@ expected<pool_member> connect_pool(caf::actor_system& sys, const std::string& ho
   // step's time lasts. A refusal is final at once.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int attempt = 1;; ++attempt) {
+    if (guard) { // the node's handshake held before the middleman connects: no tick can beat it
+      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (auto st = guard->prepare(std::max(wait, std::chrono::milliseconds(100))); !st)
+        return error{"pool node " + host_port + ": cannot connect: " + st.message()};
+    }
     auto left = std::chrono::duration_cast<std::chrono::seconds>(
         deadline - std::chrono::steady_clock::now() + std::chrono::milliseconds(999));
     auto r = connect_actor(sys, via_host, via_port, std::max(left, std::chrono::seconds(1)));
