@@ -12,6 +12,7 @@
 #include <caf/scoped_actor.hpp>
 #include <chrono>
 #include <doctest/doctest.h>
+#include <memory>
 #include <netinet/in.h>
 #include <string>
 #include <sys/socket.h>
@@ -60,6 +61,30 @@ std::string ask(caf::actor_system& sys, uint16_t port) {
   return out;
 }
 
+// An actor system configured as Kiln's: one side of a test.
+struct test_system {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  test_system() {
+    configure_actor_system(cfg, {1, "sharing", true});
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+};
+
+// A middleman serving the echo actor on loopback: what a guard fronts (a node's listener) or
+// connects out to (a node, seen from a coordinator).
+struct echo_node : test_system {
+  caf::actor e;
+  uint16_t port = 0;
+  echo_node() {
+    e = sys->spawn(echo);
+    auto p = sys->middleman().publish(e, 0, "127.0.0.1", true);
+    REQUIRE(p);
+    port = *p;
+  }
+  ~echo_node() { caf::anon_send_exit(e, caf::exit_reason::user_shutdown); }
+};
+
 } // namespace
 
 TEST_CASE("the BASP header's payload length is read in network byte order") {
@@ -73,17 +98,11 @@ TEST_CASE("the BASP header's payload length is read in network byte order") {
 }
 
 TEST_CASE("the guard relays a middleman and cuts hostile peers") {
-  caf::actor_system_config server_cfg, client_cfg;
-  configure_actor_system(server_cfg, {1, "sharing", true});
-  configure_actor_system(client_cfg, {1, "sharing", true});
-  caf::actor_system server{server_cfg}, client{client_cfg};
-  auto e = server.spawn(echo);
-  auto upstream = server.middleman().publish(e, 0, "127.0.0.1", true);
-  REQUIRE(upstream);
-
+  echo_node server;
+  test_system client;
   basp_guard guard;
   basp_guard_options o;
-  o.upstream_port = *upstream;
+  o.upstream_port = server.port;
   o.max_payload = 1 << 20;
   o.max_first_payload = 64 << 10;
   o.budget_bytes = 64 << 10;
@@ -91,7 +110,7 @@ TEST_CASE("the guard relays a middleman and cuts hostile peers") {
   o.handshake_ms = 300;
   REQUIRE(guard.start(o));
   REQUIRE(guard.port() != 0);
-  CHECK(ask(client, guard.port()) == "echo hi");
+  CHECK(ask(*client.sys, guard.port()) == "echo hi");
 
   SUBCASE("a header claiming 4 GiB closes the connection before the middleman reads it") {
     int fd = dial(guard.port());
@@ -138,25 +157,17 @@ TEST_CASE("the guard relays a middleman and cuts hostile peers") {
   }
   // Whatever a stranger did, the middleman still answers through the guard.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  caf::actor_system_config again_cfg;
-  configure_actor_system(again_cfg, {1, "sharing", true});
-  caf::actor_system again{again_cfg};
-  CHECK(ask(again, guard.port()) == "echo hi");
+  test_system again;
+  CHECK(ask(*again.sys, guard.port()) == "echo hi");
   CHECK(guard.stats().accepted >= 2);
   guard.stop();
-  caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("one address cannot take every slot: past max_per_host it is refused, others are not") {
-  caf::actor_system_config server_cfg;
-  configure_actor_system(server_cfg, {1, "sharing", true});
-  caf::actor_system server{server_cfg};
-  auto e = server.spawn(echo);
-  auto upstream = server.middleman().publish(e, 0, "127.0.0.1", true);
-  REQUIRE(upstream);
+  echo_node server;
   basp_guard guard;
   basp_guard_options o;
-  o.upstream_port = *upstream;
+  o.upstream_port = server.port;
   o.max_connections = 100;
   o.max_per_host = 2;
   o.handshake_ms = 2000;
@@ -188,28 +199,22 @@ TEST_CASE("one address cannot take every slot: past max_per_host it is refused, 
   for (int fd : {a, b, c, other}) close(fd);
   // The slots come back when the connections close: the same address is served again.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  caf::actor_system_config client_cfg;
-  configure_actor_system(client_cfg, {1, "sharing", true});
-  caf::actor_system client{client_cfg};
-  CHECK(ask(client, guard.port()) == "echo hi");
+  test_system client;
+  CHECK(ask(*client.sys, guard.port()) == "echo hi");
   guard.stop();
-  caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("outbound: a node's frames reach the middleman whole, a node's 4 GiB header does not") {
-  caf::actor_system_config server_cfg, client_cfg;
-  configure_actor_system(server_cfg, {1, "sharing", true});
-  configure_actor_system(client_cfg, {1, "sharing", true});
-  caf::actor_system server{server_cfg}, client{client_cfg};
-  auto e = server.spawn(echo);
-  auto node = server.middleman().publish(e, 0, "127.0.0.1", true);
-  REQUIRE(node);
+  echo_node node;
+  test_system client;
   basp_guard honest;
   basp_guard_options o;
-  o.upstream_port = *node;
+  o.upstream_port = node.port;
   o.guard_upstream = true;
   REQUIRE(honest.start(o));
-  CHECK(ask(client, honest.port()) == "echo hi");
+  CHECK(ask(*client.sys, honest.port()) == "echo hi");
+  REQUIRE(honest.prepare(std::chrono::milliseconds(5000))); // the node's handshake held first
+  CHECK(ask(*client.sys, honest.port()) == "echo hi");
   CHECK(honest.stats().oversize == 0);
 
   // A "node" that answers a connection with a header claiming 4 GiB.
@@ -222,24 +227,29 @@ TEST_CASE("outbound: a node's frames reach the middleman whole, a node's 4 GiB h
   REQUIRE(listen(ls, 4) == 0);
   REQUIRE(getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len) == 0);
   std::thread hostile([ls] {
-    int c = accept(ls, nullptr, nullptr);
-    if (c < 0) return;
-    unsigned char h[basp_header_size] = {0, 0, 0, 0, 0xff, 0xff, 0xff, 0xf0};
-    (void)!send(c, h, sizeof h, MSG_NOSIGNAL);
-    char buf[256];
-    while (recv(c, buf, sizeof buf, 0) > 0) {
+    for (int i = 0; i < 2; ++i) {
+      int c = accept(ls, nullptr, nullptr);
+      if (c < 0) return;
+      unsigned char h[basp_header_size] = {0, 0, 0, 0, 0xff, 0xff, 0xff, 0xf0};
+      (void)!send(c, h, sizeof h, MSG_NOSIGNAL);
+      char buf[256];
+      while (recv(c, buf, sizeof buf, 0) > 0) {
+      }
+      close(c);
     }
-    close(c);
   });
   basp_guard guarded;
   o.upstream_port = ntohs(a.sin_port);
   REQUIRE(guarded.start(o));
-  auto answer = ask(client, guarded.port());
+  auto refused = guarded.prepare(std::chrono::milliseconds(5000));
+  REQUIRE_FALSE(refused);
+  CHECK_MESSAGE(refused.message().find("closed before its handshake") != std::string::npos,
+                refused.message());
+  auto answer = ask(*client.sys, guarded.port());
   CHECK_MESSAGE(answer.rfind("connect failed", 0) == 0, answer);
-  CHECK(guarded.stats().oversize == 1);
+  CHECK(guarded.stats().oversize == 2); // prepare's connection, then the middleman's
   guarded.stop();
   hostile.join();
   close(ls);
   honest.stop();
-  caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
 }
