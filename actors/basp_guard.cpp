@@ -113,6 +113,17 @@ struct basp_guard::impl {
     prep_cv.notify_all();
   }
 
+  // A non-blocking connect to the upstream: the socket, or -1 (counted) when it cannot start.
+  int dial_upstream() {
+    int up = socket(upstream.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (up >= 0 && (connect(up, reinterpret_cast<sockaddr*>(&upstream), upstream_len) == 0 ||
+                    errno == EINPROGRESS))
+      return up;
+    if (up >= 0) ::close(up);
+    count(&basp_guard_stats::upstream);
+    return -1;
+  }
+
   // Dials the upstream with no peer yet (prepare()); serve() marks it ready once its first frame
   // is whole.
   void dial_prepared() {
@@ -121,13 +132,8 @@ struct basp_guard::impl {
       prepared.reset();
       close_conn(stale);
     }
-    int up = socket(upstream.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (up < 0 || (connect(up, reinterpret_cast<sockaddr*>(&upstream), upstream_len) != 0 &&
-                   errno != EINPROGRESS)) {
-      if (up >= 0) ::close(up);
-      count(&basp_guard_stats::upstream);
-      return set_prep_state(-1);
-    }
+    int up = dial_upstream();
+    if (up < 0) return set_prep_state(-1);
     auto c = std::make_shared<conn>();
     c->up = up;
     c->name = upstream_name;
@@ -255,12 +261,9 @@ struct basp_guard::impl {
         set_prep_state(0);
         continue;
       }
-      int up = socket(upstream.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (up < 0 || (connect(up, reinterpret_cast<sockaddr*>(&upstream), upstream_len) != 0 &&
-                     errno != EINPROGRESS)) {
-        if (up >= 0) ::close(up);
+      int up = dial_upstream();
+      if (up < 0) {
         ::close(fd);
-        count(&basp_guard_stats::upstream);
         continue;
       }
       auto c = std::make_shared<conn>();

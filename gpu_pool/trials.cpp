@@ -50,7 +50,6 @@ check_result time_once(job_context& c, const timing_options& opts, bool& retry) 
 
   std::vector<double> times, trusted, reported;
   drain_count drain;
-  double worst_over = 0;
   struct {
     double residual_ms = 0, stream_ms = 0, allowed_ms = 0;
   } worst;
@@ -91,8 +90,8 @@ check_result time_once(job_context& c, const timing_options& opts, bool& retry) 
     if (!cpu) {
       double allowed = c.costs.drain_slack_ms + 0.05 * s.reported_ms;
       drain.add(s.residual_ms > allowed);
-      if (s.residual_ms > allowed && s.residual_ms - allowed > worst_over) {
-        worst_over = s.residual_ms - allowed;
+      if (s.residual_ms > allowed &&
+          s.residual_ms - allowed > worst.residual_ms - worst.allowed_ms) {
         worst = {s.residual_ms, s.reported_ms, allowed};
       }
     }

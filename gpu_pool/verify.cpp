@@ -6,6 +6,7 @@
 #include "data/reference.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -18,6 +19,71 @@ double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
+// One pass over float32 / float64 host tensors, the same rule as the tensor-op path below. That
+// path materialises a few float64 copies of the output (1 GiB each at 128M elements) and took a
+// minute a check on this VM's cpu, so big-output tasks ran out of job time while the kernel itself
+// was seconds (issue #15: kb_l1_87).
+template <class O, class R>
+std::optional<mismatch> compare_host(const O* o, const R* r, int64_t n, const tolerance& tol) {
+  struct part {
+    int64_t bad = 0, first = -1;
+    double max_abs = 0, max_rel = 0;
+    bool any_rel = false;
+  };
+  constexpr int64_t chunk = int64_t{1} << 20;
+  std::vector<part> parts(static_cast<size_t>((n + chunk - 1) / chunk));
+  at::parallel_for(0, static_cast<int64_t>(parts.size()), 1, [&](int64_t pb, int64_t pe) {
+    for (int64_t p = pb; p < pe; ++p) {
+      part& q = parts[static_cast<size_t>(p)];
+      for (int64_t i = p * chunk, e = std::min(n, i + chunk); i < e; ++i) {
+        const double od = static_cast<double>(o[i]), rd = static_cast<double>(r[i]);
+        const bool both_nan = std::isnan(od) && std::isnan(rd);
+        double diff = std::abs(od - rd);
+        // An infinite reference must be matched exactly: rtol * inf would admit any value.
+        const bool good = od == rd || both_nan ||
+                          (std::isfinite(rd) && diff <= tol.atol + tol.rtol * std::abs(rd));
+        if (!good && q.bad++ == 0) q.first = i;
+        // As masked_fill(both_nan, 0).nan_to_num(inf): NaN -> inf, inf -> the largest double.
+        if (both_nan)
+          diff = 0;
+        else if (std::isnan(diff))
+          diff = std::numeric_limits<double>::infinity();
+        else if (std::isinf(diff))
+          diff = std::numeric_limits<double>::max();
+        q.max_abs = std::max(q.max_abs, diff);
+        if (std::abs(rd) > tol.atol) {
+          const double rel = diff / std::abs(rd);
+          q.max_rel = q.any_rel ? std::max(q.max_rel, rel) : rel;
+          q.any_rel = true;
+        }
+      }
+    }
+  });
+  mismatch mm;
+  bool any_rel = false;
+  for (const part& q : parts) {
+    if (q.bad > 0 && mm.bad_count == 0) mm.first_bad_index = q.first;
+    mm.bad_count += q.bad;
+    mm.max_abs_err = std::max(mm.max_abs_err, q.max_abs);
+    if (q.any_rel) mm.max_rel_err = any_rel ? std::max(mm.max_rel_err, q.max_rel) : q.max_rel;
+    any_rel = any_rel || q.any_rel;
+  }
+  if (mm.bad_count == 0) return std::nullopt;
+  return mm;
+}
+
+template <class O>
+std::optional<mismatch> compare_host_ref(const O* o, const at::Tensor& r, int64_t n,
+                                         const tolerance& tol) {
+  if (r.scalar_type() == at::kFloat) return compare_host(o, r.data_ptr<float>(), n, tol);
+  return compare_host(o, r.data_ptr<double>(), n, tol);
+}
+
+bool host_float(const at::Tensor& t) {
+  return t.is_cpu() && t.is_contiguous() &&
+         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble);
 }
 
 } // namespace
@@ -33,6 +99,11 @@ std::optional<mismatch> compare_output(const at::Tensor& out, const at::Tensor& 
     mm.max_abs_err = mm.max_rel_err = std::numeric_limits<double>::infinity();
     return mm;
   }
+  if (host_float(o) && host_float(r)) {
+    if (o.scalar_type() == at::kFloat)
+      return compare_host_ref(o.data_ptr<float>(), r, o.numel(), tol);
+    return compare_host_ref(o.data_ptr<double>(), r, o.numel(), tol);
+  }
   at::Tensor bad, diff;
   if (r.scalar_type() == at::kLong || o.scalar_type() == at::kLong) {
     auto oi = o.to(at::kLong), ri = r.to(at::kLong);
@@ -42,7 +113,10 @@ std::optional<mismatch> compare_output(const at::Tensor& out, const at::Tensor& 
     auto od = o.to(at::kDouble), rd = r.to(at::kDouble);
     auto both_nan = od.isnan().logical_and(rd.isnan());
     diff = (od - rd).abs();
-    auto good = diff.le(tol.atol + tol.rtol * rd.abs()).logical_or(od.eq(rd)).logical_or(both_nan);
+    auto good = diff.le(tol.atol + tol.rtol * rd.abs())
+                    .logical_and(rd.isfinite())
+                    .logical_or(od.eq(rd))
+                    .logical_or(both_nan);
     bad = good.logical_not();
     diff = diff.masked_fill(both_nan, 0.0).nan_to_num(std::numeric_limits<double>::infinity());
   }

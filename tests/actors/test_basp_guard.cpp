@@ -3,6 +3,7 @@
 // share are cut, and the middleman keeps serving; outbound, a node's frames are held the same way.
 #include "actors/actor_system_setup.hpp"
 #include "actors/basp_guard.hpp"
+#include "tests/support/loopback_listener.hpp"
 
 #include <arpa/inet.h>
 #include <caf/actor_system.hpp>
@@ -218,14 +219,7 @@ TEST_CASE("outbound: a node's frames reach the middleman whole, a node's 4 GiB h
   CHECK(honest.stats().oversize == 0);
 
   // A "node" that answers a connection with a header claiming 4 GiB.
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  REQUIRE(bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(listen(ls, 4) == 0);
-  REQUIRE(getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  auto [ls, hostile_port] = test::listen_on_loopback();
   std::thread hostile([ls] {
     for (int i = 0; i < 2; ++i) {
       int c = accept(ls, nullptr, nullptr);
@@ -239,7 +233,7 @@ TEST_CASE("outbound: a node's frames reach the middleman whole, a node's 4 GiB h
     }
   });
   basp_guard guarded;
-  o.upstream_port = ntohs(a.sin_port);
+  o.upstream_port = hostile_port;
   REQUIRE(guarded.start(o));
   auto refused = guarded.prepare(std::chrono::milliseconds(5000));
   REQUIRE_FALSE(refused);

@@ -83,6 +83,18 @@ TEST_CASE("the embedded quickstart config is valid") {
   CHECK(cfg->suites.size() == 3);
 }
 
+TEST_CASE("every config shipped in configs/ loads without an error or an unknown key") {
+  for (const char* name : {"quickstart", "learn_speed", "learn_speed_cuda", "cuda", "llm"}) {
+    CAPTURE(name);
+    auto cfg = load_run_config(std::string(KILN_SOURCE_DIR) + "/configs/" + name + ".toml", {});
+    CHECK_MESSAGE(cfg.has_value(), (cfg ? "" : cfg.message()));
+  }
+  auto ls = load_run_config(std::string(KILN_SOURCE_DIR) + "/configs/learn_speed.toml", {});
+  REQUIRE(ls);
+  CHECK(ls->shuffle_seed != 0); // a held-out set that mixes the families the training set has
+  CHECK(ls->rollout_verify_checks == 5); // as strict as the final eval
+}
+
 TEST_CASE("a run config rejects a bad backend") {
   auto r = parse("[run]\nbackend = \"tpu\"\n[tasks]\nsuites = [\"x\"]\n");
   auto cfg = read_run_config(r);

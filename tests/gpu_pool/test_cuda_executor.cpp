@@ -13,6 +13,7 @@
 #include "skills/codegen_cuda.hpp"
 #include "skills/expert.hpp"
 #include "tests/data/sample_tasks.hpp"
+#include "tests/support/loopback_listener.hpp"
 
 #include <arpa/inet.h>
 #include <csignal>
@@ -381,15 +382,7 @@ TEST_CASE("free-form source (nvcc): side-stream work is refused unless joined ba
 
 TEST_CASE("free-form host code in a cuda kernel host is sandboxed: no network, no writes outside "
           "scratch") {
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(ls >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  REQUIRE(bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(listen(ls, 4) == 0);
-  REQUIRE(getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  auto [ls, ls_port] = test::listen_on_loopback();
   auto outside = fs::temp_directory_path() / ("kiln_cuda_escape_" + std::to_string(getpid()));
   fs::remove(outside);
   // Returns 7 when the connection succeeds and 9 when the file opens; else computes the task.
@@ -398,7 +391,7 @@ TEST_CASE("free-form host code in a cuda kernel host is sandboxed: no network, n
     if (s >= 0) {
       struct sockaddr_in a; memset(&a, 0, sizeof a);
       a.sin_family = AF_INET; a.sin_port = htons()" +
-                              std::to_string(ntohs(addr.sin_port)) + R"();
+                              std::to_string(ls_port) + R"();
       a.sin_addr.s_addr = htonl(0x7f000001);
       int r = connect(s, (struct sockaddr*)&a, sizeof a);
       close(s);

@@ -3,6 +3,7 @@
 // layer, a control run with that layer off shows the attack is real (it succeeds there).
 // Attack classes: docs/DESIGN.md, "Threat model".
 #include "tests/gpu_pool/executor_fixture.hpp"
+#include "tests/support/loopback_listener.hpp"
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -387,14 +388,7 @@ TEST_CASE("leaks: files, sockets and the network are out of reach, no outcome ca
   REQUIRE(bind(us, (sockaddr*)&ua, sizeof ua) == 0);
   REQUIRE(listen(us, 4) == 0);
   chmod(sock_path.c_str(), 0777);
-  int ts = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in ta{};
-  ta.sin_family = AF_INET;
-  ta.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof ta;
-  REQUIRE(bind(ts, (sockaddr*)&ta, sizeof ta) == 0);
-  REQUIRE(listen(ts, 4) == 0);
-  REQUIRE(getsockname(ts, (sockaddr*)&ta, &len) == 0);
+  auto [ts, ts_port] = test::listen_on_loopback();
   auto dialer = compile(kernel(R"(
   { int s = socket(AF_UNIX, SOCK_STREAM, 0);
     if (s >= 0) { struct sockaddr_un a; memset(&a, 0, sizeof a); a.sun_family = AF_UNIX;
@@ -403,7 +397,7 @@ TEST_CASE("leaks: files, sockets and the network are out of reach, no outcome ca
       if (connect(s, (struct sockaddr*)&a, sizeof a) == 0) return 7; close(s); }
     int t = socket(AF_INET, SOCK_STREAM, 0);
     if (t >= 0) { struct sockaddr_in a; memset(&a, 0, sizeof a); a.sin_family = AF_INET;
-      a.sin_port = htons()" + std::to_string(ntohs(ta.sin_port)) +
+      a.sin_port = htons()" + std::to_string(ts_port) +
                                    R"(); a.sin_addr.s_addr = htonl(0x7f000001);
       if (connect(t, (struct sockaddr*)&a, sizeof a) == 0) return 8; close(t); } })",
                                "", "#include <sys/un.h>\n"));
