@@ -163,18 +163,20 @@ std::vector<std::string> config_reader::strings(const std::string& key,
   return out;
 }
 
-std::string config_reader::path(const std::string& key, const std::string& fallback) {
-  auto p = string(key, fallback);
+std::string config_reader::resolve(const std::string& key, const std::string& p) const {
   if (p.empty() || fs::path(p).is_absolute()) return p;
-  return (fs::path(base_dir_) / p).lexically_normal().string();
+  fs::path base = set_keys_.count(key) ? fs::current_path() : fs::path(base_dir_);
+  return (base / p).lexically_normal().string();
+}
+
+std::string config_reader::path(const std::string& key, const std::string& fallback) {
+  return resolve(key, string(key, fallback));
 }
 
 std::vector<std::string> config_reader::paths(const std::string& key,
                                               const std::vector<std::string>& fallback) {
   auto ps = strings(key, fallback);
-  for (auto& p : ps)
-    if (!p.empty() && !fs::path(p).is_absolute())
-      p = (fs::path(base_dir_) / p).lexically_normal().string();
+  for (auto& p : ps) p = resolve(key, p);
   return ps;
 }
 
@@ -208,6 +210,7 @@ status config_reader::set(const std::string& assignment) {
     t = sub->as_table();
   }
   t->insert_or_assign(key.substr(start), *parsed.get("v"));
+  set_keys_.insert(key);
   return ok();
 }
 

@@ -37,7 +37,9 @@ public:
   std::string path(const std::string& key, const std::string& fallback);
   std::vector<std::string> paths(const std::string& key, const std::vector<std::string>& fallback);
 
-  // Applies "key=value" overrides (value in TOML syntax) before reads.
+  // Applies "key=value" overrides (value in TOML syntax) before reads. A relative path set this
+  // way resolves against the working directory, as a command-line path does; one written in the
+  // file resolves against the file's folder.
   status set(const std::string& assignment);
 
   // All problems found so far, plus every key in the file that no read asked for.
@@ -53,6 +55,8 @@ private:
   std::unique_ptr<tree> root_;
   std::string origin_, base_dir_;
   std::set<std::string> read_;
+  std::set<std::string> set_keys_; // keys given by set(): their paths are the shell's
+  std::string resolve(const std::string& key, const std::string& p) const;
   std::vector<std::string> problems_;
 };
 

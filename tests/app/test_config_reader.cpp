@@ -2,6 +2,7 @@
 #include "app/run_config.hpp"
 
 #include <doctest/doctest.h>
+#include <filesystem>
 
 using namespace kiln;
 
@@ -61,6 +62,16 @@ TEST_CASE("relative paths resolve against the config's directory") {
   auto r = parse("[tasks]\nsuites = [\"../data/a\", \"/abs/b\"]\n");
   auto ps = r.paths("tasks.suites", {});
   CHECK(ps == std::vector<std::string>{"/data/a", "/abs/b"});
+}
+
+TEST_CASE("a relative path given by --set resolves against the working directory") {
+  auto r = parse("[tasks]\nsuites = [\"../data/a\"]\n[pool]\ncache_dir = \"cache\"\n");
+  REQUIRE(r.set("curve.secret_key=\"keys/me.key\""));
+  REQUIRE(r.set("tasks.suites=[\"mine\", \"/abs/b\"]"));
+  const std::string cwd = std::filesystem::current_path().string();
+  CHECK(r.path("curve.secret_key", "") == cwd + "/keys/me.key");
+  CHECK(r.paths("tasks.suites", {}) == std::vector<std::string>{cwd + "/mine", "/abs/b"});
+  CHECK(r.path("pool.cache_dir", "") == "/base/cache"); // from the file: the file's folder
 }
 
 TEST_CASE("--set overrides keys, creating tables as needed") {
