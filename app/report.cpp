@@ -260,6 +260,49 @@ std::vector<std::vector<std::string>> learned_rows(const json& summary) {
 const std::vector<std::string> kLearnedColumns = {
     "set", "policy", "pass", "geomean vs eager", "speed vs expert", "paired tasks"};
 
+// Several runs' "learned" side by side (seeds of one experiment): per run the trained policy's
+// paired speed over the expert and both pass rates, per set, then the worst run: "stable over
+// seeds" is read off that last row.
+const std::vector<std::string> kRunsColumns = {
+    "run", "train: trained / expert", "held-out: trained / expert", "train pass (trained / expert)",
+    "held-out pass (trained / expert)"};
+
+std::vector<std::vector<std::string>> learned_by_run_rows(const std::vector<report_source>& runs) {
+  std::vector<std::vector<std::string>> rows;
+  double worst[4] = {1e300, 1e300, 1e300, 1e300}; // train ratio, held ratio, train pass, held pass
+  double worst_expert_pass[2] = {0, 0};
+  for (const auto& s : runs) {
+    if (!s.summary.is_object() || !s.summary.contains("learned")) continue;
+    const json& l = s.summary["learned"];
+    std::vector<std::string> row{s.label};
+    int i = 0;
+    for (const char* set : {"train", "held_out"}) {
+      const json v = l.value(set, json::object());
+      const json trained = v.value("trained", json::object());
+      double ratio = v.value("trained_over_expert", trained.value("speed_vs_expert", 0.0));
+      row.push_back(v.contains("trained") ? num(ratio) + "x" : "n/a");
+      worst[i] = std::min(worst[i], ratio);
+      ++i;
+    }
+    for (const char* set : {"train", "held_out"}) {
+      const json v = l.value(set, json::object());
+      double tp = v.value("trained", json::object()).value("pass_rate", 0.0);
+      double ep = v.value("expert", json::object()).value("pass_rate", 0.0);
+      row.push_back(num(100 * tp) + "% / " + num(100 * ep) + "%");
+      worst[i] = std::min(worst[i], tp);
+      worst_expert_pass[i - 2] = std::max(worst_expert_pass[i - 2], ep);
+      ++i;
+    }
+    rows.push_back(std::move(row));
+  }
+  if (rows.size() < 2) return {};
+  rows.push_back({"worst of " + std::to_string(rows.size()), num(worst[0]) + "x",
+                  num(worst[1]) + "x",
+                  num(100 * worst[2]) + "% / " + num(100 * worst_expert_pass[0]) + "%",
+                  num(100 * worst[3]) + "% / " + num(100 * worst_expert_pass[1]) + "%"});
+  return rows;
+}
+
 // The rollout's "by_turn" (multi-turn runs only): does a revision beat the turn before it?
 std::vector<std::vector<std::string>> turn_rows(const json& summary) {
   std::vector<std::vector<std::string>> rows;
@@ -377,6 +420,10 @@ std::string render_html(const std::vector<report_source>& sources) {
     o << "</table>";
   }
   // What training changed: the untrained model, the trained one and the expert on the same tasks.
+  if (auto rows = learned_by_run_rows(sources); !rows.empty())
+    html_table(o, "What was learned, run by run", kRunsColumns, rows,
+               "paired geomean of the expert's kernel time over the trained policy's; the last "
+               "row takes each column's worst run (and the best expert pass beside it)");
   for (const auto& s : sources) {
     if (auto rows = learned_rows(s.summary); !rows.empty())
       html_table(o, "What was learned: " + s.label, kLearnedColumns, rows,
@@ -471,6 +518,8 @@ std::string render_markdown(const std::vector<report_source>& sources) {
       const json levels = e.value("levels", json::object());
       for (const auto& [lvl, v] : levels.items()) row(lvl, v);
     }
+  if (auto rows = learned_by_run_rows(sources); !rows.empty())
+    markdown_table(o, "what was learned, run by run", kRunsColumns, rows);
   for (const auto& s : sources) {
     if (auto rows = learned_rows(s.summary); !rows.empty())
       markdown_table(o, "what was learned (" + s.label + ")", kLearnedColumns, rows);

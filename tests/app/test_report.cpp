@@ -136,6 +136,35 @@ TEST_CASE("a run's after-training evaluation shows what was learned, set by set"
   CHECK(html.find("<td>untrained</td><td>50%</td><td>0.8x</td><td>0.7x</td>") != std::string::npos);
 }
 
+TEST_CASE("several runs' learning side by side, with the worst run last") {
+  std::vector<report_source> runs;
+  const char* ratios[][3] = {{"a", "1.5", "1.3"}, {"b", "2.0", "0.9"}};
+  for (const auto& r : ratios) {
+    auto d = make_run(std::string("seed_") + r[0]);
+    std::ofstream(d / "summary.json") << std::string(R"({"learned": {
+      "train": {"trained_over_expert": )") + r[1] +
+                                             R"(, "trained": {"pass_rate": 1.0},
+                "expert": {"pass_rate": 1.0}},
+      "held_out": {"trained_over_expert": )" +
+                                             r[2] + R"(, "trained": {"pass_rate": )" +
+                                             (r[0][0] == 'a' ? "1.0" : "0.9375") + R"(},
+                   "expert": {"pass_rate": 1.0}}}})";
+    auto s = load_report_source(d.string());
+    REQUIRE(s);
+    runs.push_back(*s);
+  }
+  auto md = render_markdown(runs);
+  CHECK(md.find("what was learned, run by run") != std::string::npos);
+  CHECK(md.find("| kiln_report_test_seed_a | 1.5x | 1.3x | 100% / 100% | 100% / 100% |") !=
+        std::string::npos);
+  CHECK(md.find("| kiln_report_test_seed_b | 2x | 0.9x | 100% / 100% | 93.8% / 100% |") !=
+        std::string::npos);
+  CHECK(md.find("| worst of 2 | 1.5x | 0.9x | 100% / 100% | 93.8% / 100% |") != std::string::npos);
+  CHECK(render_html(runs).find("What was learned, run by run") != std::string::npos);
+  // One run alone has no side-by-side table.
+  CHECK(render_markdown({runs[0]}).find("run by run") == std::string::npos);
+}
+
 TEST_CASE("a multi-turn run shows whether revisions beat the turn before them") {
   auto d = make_run("turns");
   std::ofstream(d / "summary.json") << R"({"name": "unit", "rollout": {"by_turn": [
