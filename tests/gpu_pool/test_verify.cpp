@@ -73,7 +73,8 @@ TEST_CASE("compare_output: NaN and infinities") {
   CHECK(mf->first_bad_index == 2);
 }
 
-TEST_CASE("compare_output: relative error only where |ref| > atol; float64 and int64 references") {
+TEST_CASE(
+    "compare_output: relative error only where |ref| > atol, with float64 and int64 references") {
   auto ref = at::tensor({0.0, 1e-5, 10.0}, at::kDouble);
   auto out = at::tensor({0.5f, 1e-5f, 10.0f});
   auto mm = compare_output(out, ref, tol_1e3());
