@@ -247,12 +247,7 @@ struct basp_guard::impl {
       if (prepared && prepared->first_frame) { // its handshake is held: the middleman gets it now
         auto c = prepared;
         prepared.reset();
-        c->peer = fd;
-        c->host = host;
-        ++per_host[host];
-        by_fd[fd] = c;
-        watch(fd, true, false, true);
-        count(&basp_guard_stats::accepted);
+        attach_peer(c, fd, host);
         if (!flush(fd, c->to_peer)) {
           close_conn(c);
           continue;
@@ -267,19 +262,24 @@ struct basp_guard::impl {
         continue;
       }
       auto c = std::make_shared<conn>();
-      c->peer = fd;
       c->up = up;
       c->name = opts.guard_upstream ? upstream_name : peer_name(addr);
-      c->host = host;
-      ++per_host[host];
       c->since = clock_type::now();
       conns.push_back(c);
-      by_fd[fd] = c;
       by_fd[up] = c;
-      watch(fd, true, false, true);
       watch(up, true, false, true);
-      count(&basp_guard_stats::accepted);
+      attach_peer(c, fd, host);
     }
+  }
+
+  // An accepted peer joins c (fresh, or the prepared upstream): counted against its address.
+  void attach_peer(const std::shared_ptr<conn>& c, int fd, const std::string& host) {
+    c->peer = fd;
+    c->host = host;
+    ++per_host[host];
+    by_fd[fd] = c;
+    watch(fd, true, false, true);
+    count(&basp_guard_stats::accepted);
   }
 
   // One readiness event on fd (either side of c).
@@ -365,6 +365,24 @@ struct basp_guard::impl {
   }
 };
 
+namespace {
+
+// host:port as addresses getaddrinfo accepts (numeric port); the error names them.
+expected<std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>> resolve(const std::string& host,
+                                                                     uint16_t port, int flags) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = flags | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res))
+    return error{"basp guard: cannot resolve " + host + ":" + std::to_string(port) + ": " +
+                 gai_strerror(rc)};
+  return std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>(res, &freeaddrinfo);
+}
+
+} // namespace
+
 basp_guard::basp_guard() = default;
 basp_guard::~basp_guard() { stop(); }
 
@@ -373,43 +391,30 @@ status basp_guard::start(const basp_guard_options& opts) {
   impl_ = std::make_unique<impl>();
   impl_->opts = opts;
   const std::string where = opts.bind + ":" + std::to_string(opts.port);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  if (int rc = getaddrinfo(opts.bind.c_str(), std::to_string(opts.port).c_str(), &hints, &res))
-    return error{"basp guard: cannot resolve " + where + ": " + gai_strerror(rc)};
-  int fd = socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  auto res = resolve(opts.bind, opts.port, AI_PASSIVE);
+  if (!res) return res.err();
+  const addrinfo* a = res->get();
+  int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
   if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+  if (fd < 0 || bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
     std::string why = std::strerror(errno);
     if (fd >= 0) ::close(fd);
-    freeaddrinfo(res);
     return error{"cannot listen on " + where + ": " + why};
   }
-  freeaddrinfo(res);
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
   getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
   port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(bound).sin6_port
                                             : reinterpret_cast<sockaddr_in&>(bound).sin_port);
-  addrinfo uh{};
-  uh.ai_family = AF_UNSPEC;
-  uh.ai_socktype = SOCK_STREAM;
-  uh.ai_flags = AI_NUMERICSERV;
-  addrinfo* ur = nullptr;
-  const std::string up_where = opts.upstream_host + ":" + std::to_string(opts.upstream_port);
-  if (int rc = getaddrinfo(opts.upstream_host.c_str(), std::to_string(opts.upstream_port).c_str(),
-                           &uh, &ur)) {
+  auto up = resolve(opts.upstream_host, opts.upstream_port, 0);
+  if (!up) {
     ::close(fd);
-    return error{"basp guard: cannot resolve " + up_where + ": " + gai_strerror(rc)};
+    return up.err();
   }
-  std::memcpy(&impl_->upstream, ur->ai_addr, ur->ai_addrlen);
-  impl_->upstream_len = static_cast<socklen_t>(ur->ai_addrlen);
-  impl_->upstream_name = up_where;
-  freeaddrinfo(ur);
+  std::memcpy(&impl_->upstream, (*up)->ai_addr, (*up)->ai_addrlen);
+  impl_->upstream_len = static_cast<socklen_t>((*up)->ai_addrlen);
+  impl_->upstream_name = opts.upstream_host + ":" + std::to_string(opts.upstream_port);
   impl_->listen_fd = fd;
   impl_->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   impl_->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -268,38 +268,41 @@ const std::vector<std::string> kRunsColumns = {
     "held-out pass (trained / expert)"};
 
 std::vector<std::vector<std::string>> learned_by_run_rows(const std::vector<report_source>& runs) {
+  struct figures { // one set of one run; the worst row keeps the lowest of each, the best expert
+    double ratio = 1e300, pass = 1e300, expert_pass = 0;
+  };
+  auto read = [](const json& learned, const char* set) {
+    const json v = learned.value(set, json::object());
+    const json trained = v.value("trained", json::object());
+    figures f;
+    f.ratio = v.value("trained_over_expert", trained.value("speed_vs_expert", 0.0));
+    f.pass = trained.value("pass_rate", 0.0);
+    f.expert_pass = v.value("expert", json::object()).value("pass_rate", 0.0);
+    return f;
+  };
+  auto pass_cell = [](const figures& f) {
+    return num(100 * f.pass) + "% / " + num(100 * f.expert_pass) + "%";
+  };
   std::vector<std::vector<std::string>> rows;
-  double worst[4] = {1e300, 1e300, 1e300, 1e300}; // train ratio, held ratio, train pass, held pass
-  double worst_expert_pass[2] = {0, 0};
+  figures worst_train, worst_held;
   for (const auto& s : runs) {
     if (!s.summary.is_object() || !s.summary.contains("learned")) continue;
     const json& l = s.summary["learned"];
-    std::vector<std::string> row{s.label};
-    int i = 0;
-    for (const char* set : {"train", "held_out"}) {
-      const json v = l.value(set, json::object());
-      const json trained = v.value("trained", json::object());
-      double ratio = v.value("trained_over_expert", trained.value("speed_vs_expert", 0.0));
-      row.push_back(v.contains("trained") ? num(ratio) + "x" : "n/a");
-      worst[i] = std::min(worst[i], ratio);
-      ++i;
+    const figures train = read(l, "train"), held = read(l, "held_out");
+    auto ratio_cell = [&](const char* set, const figures& f) {
+      return l.value(set, json::object()).contains("trained") ? num(f.ratio) + "x" : "n/a";
+    };
+    rows.push_back({s.label, ratio_cell("train", train), ratio_cell("held_out", held),
+                    pass_cell(train), pass_cell(held)});
+    for (auto [w, f] : {std::pair<figures*, figures>{&worst_train, train}, {&worst_held, held}}) {
+      w->ratio = std::min(w->ratio, f.ratio);
+      w->pass = std::min(w->pass, f.pass);
+      w->expert_pass = std::max(w->expert_pass, f.expert_pass);
     }
-    for (const char* set : {"train", "held_out"}) {
-      const json v = l.value(set, json::object());
-      double tp = v.value("trained", json::object()).value("pass_rate", 0.0);
-      double ep = v.value("expert", json::object()).value("pass_rate", 0.0);
-      row.push_back(num(100 * tp) + "% / " + num(100 * ep) + "%");
-      worst[i] = std::min(worst[i], tp);
-      worst_expert_pass[i - 2] = std::max(worst_expert_pass[i - 2], ep);
-      ++i;
-    }
-    rows.push_back(std::move(row));
   }
   if (rows.size() < 2) return {};
-  rows.push_back({"worst of " + std::to_string(rows.size()), num(worst[0]) + "x",
-                  num(worst[1]) + "x",
-                  num(100 * worst[2]) + "% / " + num(100 * worst_expert_pass[0]) + "%",
-                  num(100 * worst[3]) + "% / " + num(100 * worst_expert_pass[1]) + "%"});
+  rows.push_back({"worst of " + std::to_string(rows.size()), num(worst_train.ratio) + "x",
+                  num(worst_held.ratio) + "x", pass_cell(worst_train), pass_cell(worst_held)});
   return rows;
 }
 
