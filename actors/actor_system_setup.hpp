@@ -27,7 +27,7 @@ int configure_actor_system(caf::actor_system_config& cfg, const actor_settings& 
 
 // Mutual TLS for the middleman (caf_openssl): this side presents DIR/cert.pem with DIR/key.pem
 // and accepts only peers whose certificate DIR/ca.pem signed. Then `kiln node` publishes and
-// pool clients connect over TLS only (gpu_pool/pool_router.hpp). Call after
+// pool clients connect over TLS only (pool/pool_router.hpp). Call after
 // configure_actor_system with middleman = true; an error names a missing file, or says that this
 // build has no TLS.
 status enable_tls(caf::actor_system_config& cfg, const std::string& dir);

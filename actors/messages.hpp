@@ -1,5 +1,5 @@
 // Every message type of the rollout engine, declared in one place (the pool's own atoms are in
-// gpu_pool/device_pool.hpp). Narrow CAF includes only: this header is in every rollout TU.
+// pool/device_pool.hpp). Narrow CAF includes only: this header is in every rollout TU.
 //   coordinator --spawn--> episode --(generate, gen_request)--> policy server --gen_reply-->
 //   episode --(evaluate, job, program)--> pool --outcome--> episode --(push, bytes)--> sink
 //   episode --(episode_done, episode_summary)--> coordinator

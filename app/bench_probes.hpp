@@ -3,8 +3,8 @@
 #pragma once
 
 #include "actors/messages.hpp"
-#include "gpu_pool/device_pool.hpp"
-#include "gpu_pool/job.hpp"
+#include "jobs/job.hpp"
+#include "pool/device_pool.hpp"
 #include "rollout/coordinator.hpp"
 
 #include <algorithm>

@@ -5,10 +5,10 @@
 #include "app/eval_runner.hpp"
 #include "data/task_parse.hpp"
 #include "data/task_set.hpp"
-#include "gpu_pool/executor_client.hpp"
-#include "gpu_pool/timing.hpp"
+#include "executor/executor_client.hpp"
+#include "executor/timing.hpp"
 #ifdef KILN_HAVE_CUDA
-#include "gpu_pool/cuda_compiler.hpp"
+#include "compile/cuda_compiler.hpp"
 #endif
 #include "skills/expert.hpp"
 #include "skills/grammar.hpp"

@@ -9,7 +9,7 @@
 #include "app/bench_probes.hpp"
 #include "app/commands.hpp"
 #include "data/task_set.hpp"
-#include "gpu_pool/pool_router.hpp"
+#include "pool/pool_router.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

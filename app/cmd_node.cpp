@@ -8,7 +8,7 @@
 #include "app/bench_probes.hpp"
 #include "app/commands.hpp"
 #include "app/eval_runner.hpp"
-#include "gpu_pool/device_pool.hpp"
+#include "pool/device_pool.hpp"
 
 #include <atomic>
 #include <caf/actor_system.hpp>

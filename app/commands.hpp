@@ -53,7 +53,7 @@ struct synth_args {
 int cmd_synth(const common_args& common, const synth_args& args);
 
 // `kiln executor` (hidden): the sandboxed job process of a device, spoken to over fd 3 by
-// executor_client. Defined in gpu_pool/executor.cpp; the arguments in gpu_pool/executor.hpp.
+// executor_client. Defined in executor/executor.cpp; the arguments in executor/executor.hpp.
 struct executor_args;
 int executor_main(const executor_args& args);
 

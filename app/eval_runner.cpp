@@ -9,9 +9,9 @@
 #include "rollout/token_space.hpp"
 #include "skills/expert.hpp"
 #include "skills/grammar.hpp"
-#include "skills/source_program.hpp"
+#include "submission/submission_kind.hpp"
 #ifdef KILN_HAVE_CUDA
-#include "gpu_pool/cuda_runtime.hpp"
+#include "executor/cuda_runtime.hpp"
 #endif
 
 #include <atomic>
@@ -232,18 +232,30 @@ eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, u
   std::string submission;
   program prog;
   if (!p.sources_dir.empty()) {
-    auto path = fs::path(p.sources_dir) /
-                (t.name + (pool.backend() == backend_kind::cuda ? ".cu" : ".cpp"));
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
+    // DIR/<task><ext> for each source kind this backend takes: exactly one must exist.
+    std::vector<std::pair<fs::path, const submission_kind_info*>> found;
+    std::string tried;
+    for (const auto* k : source_kinds_for(pool.backend())) {
+      auto path = fs::path(p.sources_dir) / (t.name + k->file_extension);
+      tried += (tried.empty() ? "" : " or ") + path.string();
+      if (fs::exists(path)) found.push_back({path, k});
+    }
+    if (found.size() != 1) {
       r.outcome = "policy_failed";
-      r.message = "no source " + path.string();
+      r.message = found.empty() ? "no source " + tried
+                                : "more than one source for the task: " + tried + " (keep one)";
       return r;
     }
+    std::ifstream in(found[0].first, std::ios::binary);
     std::ostringstream text;
     text << in.rdbuf();
-    submission = make_source_program(pool.backend(), text.str());
-    r.program = "source " + path.string();
+    if (!in) {
+      r.outcome = "policy_failed";
+      r.message = "cannot read " + found[0].first.string();
+      return r;
+    }
+    submission = as_submission(*found[0].second, text.str());
+    r.program = std::string("source ") + found[0].second->name + " " + found[0].first.string();
   } else if (!p.checkpoint.empty()) {
     auto cp = checkpoint_program(t, p);
     if (!cp) {

@@ -4,8 +4,8 @@
 
 #include "data/expected.hpp"
 #include "data/task_spec.hpp"
-#include "gpu_pool/device_pool.hpp"
-#include "gpu_pool/pool_router.hpp"
+#include "pool/device_pool.hpp"
+#include "pool/pool_router.hpp"
 #include "rollout/baselines.hpp"
 #include "rollout/eval_metrics.hpp"
 
@@ -38,7 +38,7 @@ struct policy_spec {
   bool random = false;
   std::string checkpoint; // a learner checkpoint: its model writes programs greedily
   // Free-form source written elsewhere (an external model, a person): DIR/<task>.cpp on the cpu
-  // backend, DIR/<task>.cu on cuda (skills/source_program.hpp). A task without a file fails.
+  // backend, DIR/<task>.cu on cuda (submission/source_program.hpp). A task without a file fails.
   std::string sources_dir;
   bool llm = false; // an LLM behind an HTTP endpoint: always through episodes (eval_episodes.hpp)
 };

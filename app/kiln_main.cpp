@@ -1,6 +1,6 @@
 // kiln: the command-line entry point. Parses arguments (CLI11), sets up logging, dispatches.
 #include "app/commands.hpp"
-#include "gpu_pool/executor.hpp"
+#include "executor/executor.hpp"
 
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>

@@ -8,7 +8,7 @@
 #include "llm/http_client.hpp"
 #include "llm/prompt.hpp"
 #include "llm/token_api.hpp"
-#include "skills/source_program.hpp"
+#include "submission/submission_kind.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
@@ -158,7 +158,7 @@ void deliver(llm_actor* self, conversation& c, std::string text, const std::stri
   c.prefix.clear();
   auto code = last_code_block(text);
   if (code) {
-    rep.submission = make_source_program(st.cfg.backend, *code);
+    rep.submission = as_submission(default_source_kind(st.cfg.backend), *code);
   } else {
     st.no_block++;
     rep.failure =

@@ -1,8 +1,8 @@
 #include "rollout/coordinator.hpp"
 
 #include "actors/messages.hpp"
-#include "gpu_pool/device_pool.hpp"
-#include "gpu_pool/job.hpp"
+#include "jobs/job.hpp"
+#include "pool/device_pool.hpp"
 #include "rollout/trajectory.hpp"
 #include "rollout/turn_stats.hpp"
 

@@ -2,8 +2,8 @@
 
 #include "actors/messages.hpp"
 #include "data/utf8.hpp"
-#include "gpu_pool/device_pool.hpp"
-#include "gpu_pool/job.hpp"
+#include "jobs/job.hpp"
+#include "pool/device_pool.hpp"
 #include "rollout/observation_text.hpp"
 #include "rollout/token_space.hpp"
 #include "rollout/trajectory.hpp"

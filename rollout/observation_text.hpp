@@ -5,7 +5,7 @@
 //   outcome + speedups --observation_text--> the next user message
 #pragma once
 
-#include "gpu_pool/job.hpp"
+#include "jobs/job.hpp"
 
 #include <optional>
 #include <string>

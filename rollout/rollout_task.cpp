@@ -1,6 +1,6 @@
 #include "rollout/rollout_task.hpp"
 
-#include "gpu_pool/job.hpp"
+#include "jobs/job.hpp"
 #include "rollout/token_space.hpp"
 
 namespace kiln {

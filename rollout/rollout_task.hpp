@@ -18,7 +18,7 @@ struct rollout_task {
   task spec;
   std::shared_ptr<const grammar_tables> grammar;
   std::vector<int32_t> prompt;      // [BOS] task tokens [TASK_END]
-  std::string job_msgpack;          // the evaluate job, encoded once (gpu_pool/job.hpp)
+  std::string job_msgpack;          // the evaluate job, encoded once (jobs/job.hpp)
   std::string baseline_job_msgpack; // the eager baseline job
   std::optional<double> eager_ms;   // eager baseline median; unset: speedups are 0
   std::optional<double> compile_ms; // torch.compile baseline median, when one is known

@@ -3,7 +3,7 @@
 #include "rollout/token_space.hpp"
 
 #include "data/op_vocab.hpp"
-#include "gpu_pool/job.hpp"
+#include "jobs/job.hpp"
 #include "skills/grammar.hpp"
 
 #include <algorithm>

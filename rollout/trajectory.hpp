@@ -21,7 +21,7 @@ const char* to_string(episode_status s);
 // speedup_compile is absent (msgpack nil) without a torch.compile baseline.
 struct turn_record {
   int32_t start = 0, end = 0;
-  std::string outcome; // outcome_kind word (gpu_pool/job.hpp), e.g. "correct", "compile_error"
+  std::string outcome; // outcome_kind word (jobs/job.hpp), e.g. "correct", "compile_error"
   double reward = 0;
   double speedup_eager = 0;
   std::optional<double> speedup_compile;

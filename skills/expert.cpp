@@ -7,8 +7,6 @@
 
 namespace kiln {
 
-const char* to_string(backend_kind b) { return b == backend_kind::cpu ? "cpu" : "cuda"; }
-
 namespace {
 
 int64_t pow2_at_least(int64_t x, int64_t lo, int64_t hi) {

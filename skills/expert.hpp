@@ -5,12 +5,10 @@
 #pragma once
 
 #include "data/task_spec.hpp"
+#include "skills/backend_kind.hpp"
 #include "skills/program.hpp"
 
 namespace kiln {
-
-enum class backend_kind { cpu, cuda };
-const char* to_string(backend_kind b);
 
 program expert_program(const task& t, backend_kind backend);
 

@@ -5,7 +5,7 @@ For every task of the given suites this script writes the task as PyTorch code (
 `forward(<inputs...>, <params...>)` with exactly the semantics of data/reference.cpp), checks that
 code against Kiln's own reference run (`kiln tasks validate --digest`: same params, same inputs,
 output digests within the task tolerance), then times it eagerly and under torch.compile by the
-pool's method (gpu_pool/timing.cpp) and writes the baselines file of docs/DESIGN.md.
+pool's method (executor/timing.cpp) and writes the baselines file of docs/DESIGN.md.
 
     # on a GPU machine (PyTorch >= 2.0): for `kiln eval --baselines` and `[pool] baselines`
     python3 tools/torch_baselines.py --device cuda --suite data/suites/level1/gpu \\
@@ -874,7 +874,7 @@ def phase_a(job, conf, dev):
 
 
 class Flusher:
-    """gpu_pool's cache flush before each trial: cpu writes one byte per 64-byte line of 64 MiB;
+    """the executor's cache flush before each trial: cpu writes one byte per 64-byte line of 64 MiB;
     cuda writes max(64 MiB, 2 x L2) (cuda_cache_flusher)."""
 
     def __init__(self, dev):
@@ -896,7 +896,7 @@ class Flusher:
 
 
 def measure(fn, args, dev, flush, conf):
-    """gpu_pool/timing.cpp measure(): median of trials under a cv / time-cap / count rule."""
+    """executor/timing.cpp measure(): median of trials under a cv / time-cap / count rule."""
     for _ in range(2):
         fn(*args)
     sync(dev)

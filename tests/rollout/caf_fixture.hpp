@@ -4,8 +4,8 @@
 
 #include "actors/actor_system_setup.hpp"
 #include "actors/messages.hpp"
-#include "gpu_pool/device_pool.hpp"
-#include "gpu_pool/job.hpp"
+#include "jobs/job.hpp"
+#include "pool/device_pool.hpp"
 
 #include <atomic>
 #include <caf/actor_system.hpp>

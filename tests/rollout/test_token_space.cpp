@@ -1,6 +1,6 @@
 // The token space: program tokens keep their ids, every other word has one id, task and
 // observation tokens say what they should.
-#include "gpu_pool/job.hpp"
+#include "jobs/job.hpp"
 #include "rollout/token_space.hpp"
 #include "rollout_fixtures.hpp"
 #include "skills/grammar.hpp"

@@ -1,13 +1,13 @@
 // The cpu backend end to end: program -> generate_cpu -> compile_cpu -> cpu_program::run, checked
 // against the LibTorch reference on every cpu suite task and on small hand-made tasks whose shapes
 // divide nothing.
+#include "compile/cpu_compiler.hpp"
 #include "data/op_vocab.hpp"
 #include "data/reference.hpp"
 #include "data/task_check.hpp"
 #include "data/task_parse.hpp"
 #include "data/task_set.hpp"
-#include "gpu_pool/cpu_compiler.hpp"
-#include "gpu_pool/cpu_runtime.hpp"
+#include "runtimes/cpu_runtime.hpp"
 #include "skills/codegen_cpu.hpp"
 #include "skills/expert.hpp"
 #include "skills/grammar.hpp"
