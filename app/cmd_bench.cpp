@@ -65,7 +65,8 @@ const char* kIllegalAddress = R"(extern "C" __global__ void crash(float* y) {
 // An artifact that takes the executor down, for the recovery figure.
 expected<artifact_ref> crash_artifact(const pool_config& cfg, const task& t) {
   artifact_ref a;
-  a.backend = to_string(cfg.backend);
+  a.loader = cfg.backend == backend_kind::cpu ? artifact_loader::cpu_shared_object
+                                              : artifact_loader::cuda_cubin_plan;
   if (cfg.backend == backend_kind::cpu) {
     auto seg = compile_cpu(kSegfault, cfg.compile);
     if (!seg) return seg.err();

@@ -3,6 +3,8 @@
 #include "actors/actor_system_setup.hpp"
 #include "app/commands.hpp"
 #include "app/eval_runner.hpp"
+#include "app/phase_clock.hpp"
+#include "app/report.hpp"
 #include "app/run_config.hpp"
 #include "app/run_training.hpp"
 #include "app/task_table.hpp"
@@ -219,6 +221,18 @@ expected<nlohmann::json> evaluate_learning(const run_config& cfg, const common_a
 }
 } // namespace
 
+// The run's page (kiln report on its directory): curves and what was learned, as the last line.
+static void write_run_report(const std::string& run_dir) {
+  auto src = load_report_source(run_dir);
+  if (!src) {
+    spdlog::warn("report: {}", src.message());
+    return;
+  }
+  std::string path = run_dir + "/report.html";
+  std::ofstream(path) << render_html({*src});
+  std::printf("report: %s\n", fs::absolute(path).c_str());
+}
+
 int cmd_run(const common_args& common, const run_args& args) {
   auto cfg = load_run_config(args.config, args.overrides);
   if (!cfg) {
@@ -265,10 +279,14 @@ int cmd_run(const common_args& common, const run_args& args) {
   task_table table(*run_dir + "/tasks.jsonl", false);
   if (!table.open()) return 2;
   int bad = static_cast<int>(set.errors.size());
+  phase_clock clock(static_cast<int64_t>(set.tasks.size()));
+  int64_t done = 0;
   for (const auto& t : set.tasks) {
     auto v = validate_task(t, opts);
     if (!v.ok) ++bad;
     table.row(v);
+    if (++done % 10 == 0 && done < static_cast<int64_t>(set.tasks.size()))
+      spdlog::info("[validate {}]", clock.status(done));
   }
   std::size_t total = set.tasks.size() + set.errors.size();
   table.summary(total, bad, cfg->backend);
@@ -289,6 +307,7 @@ int cmd_run(const common_args& common, const run_args& args) {
     if (!trained) {
       spdlog::error("{}", trained.message());
       std::ofstream(*run_dir + "/summary.json") << summary.dump(2) << "\n";
+      write_run_report(*run_dir);
       return 2;
     }
     summary["rollout"] = *trained;
@@ -302,6 +321,7 @@ int cmd_run(const common_args& common, const run_args& args) {
       if (!learned) {
         spdlog::error("{}", learned.message());
         std::ofstream(*run_dir + "/summary.json") << summary.dump(2) << "\n";
+        write_run_report(*run_dir);
         return 2;
       }
       summary["learned"] = *learned;
@@ -309,6 +329,7 @@ int cmd_run(const common_args& common, const run_args& args) {
   }
   std::ofstream(*run_dir + "/summary.json") << summary.dump(2) << "\n";
   std::printf("run directory: %s\n", run_dir->c_str());
+  write_run_report(*run_dir);
   if (summary.contains("rollout") && summary["rollout"].value("interrupted", false))
     return 130; // the shell's code for an interrupted command; the run directory is complete
   if (summary.contains("rollout") && summary["rollout"].value("sink_refused", false))

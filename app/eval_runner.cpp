@@ -1,5 +1,7 @@
 #include "app/eval_runner.hpp"
 
+#include "app/phase_clock.hpp"
+
 #include "data/op_vocab.hpp"
 #include "data/task_check.hpp"
 #include "data/task_hash.hpp"
@@ -305,6 +307,7 @@ std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>
   std::vector<eval_row> rows(tasks.size());
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex log_mutex;
+  phase_clock clock(static_cast<int64_t>(tasks.size()));
   auto worker = [&] {
     for (std::size_t i; (i = next++) < tasks.size();) {
       rows[i] = evaluate_task(pool, tasks[i], p, seed);
@@ -313,8 +316,9 @@ std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>
       std::lock_guard<std::mutex> lock(log_mutex);
       const auto& r = rows[i];
       double sp = r.correct && r.kernel_ms > 0 ? r.eager_ms / r.kernel_ms : 0;
-      spdlog::info("[{} {}/{}] {:<44} {:<16} eager {:8.3f} ms  kernel {:8.3f} ms  speedup {:.2f}x",
-                   p.name, n, tasks.size(), r.task, r.outcome, r.eager_ms, r.kernel_ms, sp);
+      spdlog::info("[{} {}] {:<44} {:<16} eager {:8.3f} ms  kernel {:8.3f} ms  speedup {:.2f}x",
+                   p.name, clock.status(static_cast<int64_t>(n)), r.task, r.outcome, r.eager_ms,
+                   r.kernel_ms, sp);
       if (!r.correct) spdlog::debug("  {}: {}", r.task, r.message);
     }
   };

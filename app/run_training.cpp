@@ -5,6 +5,7 @@
 #include "actors/actor_system_setup.hpp"
 #include "actors/messages.hpp"
 #include "app/eval_runner.hpp"
+#include "app/phase_clock.hpp"
 #include "app/sft_programs.hpp"
 #include "learner/learner.hpp"
 #include "learner/model_policy.hpp"
@@ -48,14 +49,18 @@ double num(const json& j, const char* k) {
 // One compact line a person can follow, from the coordinator's progress JSON plus the extras
 // the progress thread adds (window rates, pool busy share, learner staleness).
 void print_progress(const json& s, double t, int64_t total) {
+  double done = num(s, "episodes"), rate = done > 0 && t > 0 ? done / t : 0;
+  std::string left =
+      rate > 0 ? ", ~" + phase_clock::span((static_cast<double>(total) - done) / rate) + " left"
+               : std::string();
   spdlog::info(
-      "[rollout {:5.0f} s] ep {:.0f}/{} run {:.0f} | {:.2f} ep/s {:.2f} steps/s {:.0f} tok/s | "
+      "[rollout {:5.0f} s{}] ep {:.0f}/{} run {:.0f} | {:.2f} ep/s {:.2f} steps/s {:.0f} tok/s | "
       "pass {:.0f}% reward {:+.2f} vs tasks' first group {:+.2f} (window) | pool busy {:.0f}% "
       "queue {:.0f} ms | v{:.0f} lag {:.2f}",
-      t, num(s, "episodes"), total, num(s, "running"), num(s, "episodes_per_s"),
-      num(s, "steps_per_s"), num(s, "tokens_per_s"), 100 * num(s, "window_pass_rate"),
-      num(s, "window_reward"), num(s, "window_task_gain"), 100 * num(s, "pool_busy_share"),
-      num(s, "pool_queue_ms"), num(s, "learner_version"), num(s, "learner_lag_mean"));
+      t, left, done, total, num(s, "running"), num(s, "episodes_per_s"), num(s, "steps_per_s"),
+      num(s, "tokens_per_s"), 100 * num(s, "window_pass_rate"), num(s, "window_reward"),
+      num(s, "window_task_gain"), 100 * num(s, "pool_busy_share"), num(s, "pool_queue_ms"),
+      num(s, "learner_version"), num(s, "learner_lag_mean"));
 }
 
 // The pool checks and timing of a training program (the run's [rollout] keys).

@@ -3,6 +3,6 @@
 # skip (visibly) where no CUDA device exists.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh -DKILN_TESTS=ON
+bash scripts/build.sh --all -DKILN_TESTS=ON
 cd build
 ctest --output-on-failure -j "${KILN_JOBS:-$(nproc)}" --timeout 600

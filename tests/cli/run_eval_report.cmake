@@ -2,8 +2,8 @@
 # checkpoint and metrics in its run directory; `kiln eval --policy CHECKPOINT` evaluates it through
 # the pool; `kiln report` turns the run directory into HTML + Markdown.
 file(REMOVE_RECURSE ${OUT}/loop_runs)
-execute_process(COMMAND ${KILN} run --set tasks.max_tasks=4 --set eval.max_tasks=2
-                  --set rollout.episodes=8 --set rollout.max_tasks=2
+execute_process(COMMAND ${KILN} run --set tasks.max_tasks=4 --set eval.after_max_tasks=2
+                  --set rollout.episodes=8 --set rollout.max_tasks=2 --set learner.sft_candidates=2
                   --set run.out_dir=${OUT}/loop_runs --set pool.cache_dir=${OUT}/kernel_cache
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT "${out}${err}" MATCHES "learner: checkpoint")
@@ -23,6 +23,15 @@ endforeach()
 # The quickstart ends with what was learned: untrained, trained and expert on the training tasks.
 if(NOT out MATCHES "what was learned" OR NOT out MATCHES "train +trained +[0-9]+%")
   message(FATAL_ERROR "kiln run printed no 'what was learned' table:\n${out}")
+endif()
+# Every run ends with its report's path as the last line, the page beside the metrics.
+string(STRIP "${out}" out_stripped)
+if(NOT out_stripped MATCHES "report: [^\n]*/report.html$" OR NOT EXISTS ${run_dir}/report.html)
+  message(FATAL_ERROR "kiln run did not end with its report's path:\n${out}")
+endif()
+file(READ ${run_dir}/report.html page)
+if(NOT page MATCHES "<polyline" OR NOT page MATCHES "What was learned")
+  message(FATAL_ERROR "the run's report.html has no curves or no 'What was learned'")
 endif()
 file(READ ${run_dir}/summary.json summary)
 string(JSON expert_speed GET "${summary}" learned train expert speed_vs_expert)

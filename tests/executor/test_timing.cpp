@@ -1,3 +1,4 @@
+#include "executor/device_clocks.hpp"
 #include "executor/timing.hpp"
 
 #include <doctest/doctest.h>
@@ -85,4 +86,16 @@ TEST_CASE("measure: the time cap bounds the loop, errors propagate") {
   auto e = measure(o, f, nullptr, []() -> expected<double> { return error{"kernel failed"}; });
   REQUIRE_FALSE(e.has_value());
   CHECK(e.message() == "kernel failed");
+}
+
+TEST_CASE("throttle reasons: names, and which of them slow a busy device") {
+  bool slow = true;
+  CHECK(throttle_reason_names(0, &slow).empty());
+  CHECK_FALSE(slow);
+  CHECK(throttle_reason_names(0x1, &slow) == "gpu_idle");
+  CHECK_FALSE(slow); // idle is not a slowdown of a busy GPU
+  CHECK(throttle_reason_names(0x4 | 0x40, &slow) == "sw_power_cap|hw_thermal_slowdown");
+  CHECK(slow);
+  CHECK(throttle_reason_names(0x2 | 0x100, &slow) == "applications_clocks|display_clock");
+  CHECK_FALSE(slow);
 }

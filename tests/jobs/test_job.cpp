@@ -139,16 +139,15 @@ TEST_CASE("hello round trips") {
   CHECK(d->kernel_host == h.kernel_host);
 }
 
-TEST_CASE("throttle reasons: names, and which of them slow a busy device") {
-  bool slow = true;
-  CHECK(throttle_reason_names(0, &slow).empty());
-  CHECK_FALSE(slow);
-  CHECK(throttle_reason_names(0x1, &slow) == "gpu_idle");
-  CHECK_FALSE(slow); // idle is not a slowdown of a busy GPU
-  CHECK(throttle_reason_names(0x4 | 0x40, &slow) == "sw_power_cap|hw_thermal_slowdown");
-  CHECK(slow);
-  CHECK(throttle_reason_names(0x2 | 0x100, &slow) == "applications_clocks|display_clock");
-  CHECK_FALSE(slow);
+TEST_CASE("an artifact with a loader no kernel host knows is refused, naming the key") {
+  auto bytes = encode(sample_job());
+  auto at = bytes.find("cuda-shared-object");
+  REQUIRE(at != std::string::npos);
+  bytes.replace(at, std::string("cuda-shared-object").size(), "cuda-shared-objecx");
+  auto d = decode_job(bytes);
+  REQUIRE_FALSE(d.has_value());
+  CHECK(contains(d.message(), "artifact"));
+  CHECK(contains(d.message(), "unknown loader"));
 }
 
 TEST_CASE("truncated messages are errors") {
