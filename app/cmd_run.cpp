@@ -87,13 +87,16 @@ expected<nlohmann::json> evaluate_sets(const run_config& cfg, const common_args&
   if (!pool_actor) return error{cfg.origin + ": [pool]: " + pool_actor.message()};
   pool_handle pool(sys, *pool_actor, pool_cfg->backend);
   nlohmann::json all = nlohmann::json::array();
+  eager_times eager; // one eager time per task for every policy: their rows compare alike
   for (const auto& set : sets) {
     if (set.tasks.empty()) continue;
     spdlog::info("evaluating {} policies on {} tasks{} through the pool", ps.size(),
                  set.tasks.size(), set.name.empty() ? "" : " (" + set.name + ")");
-    for (const auto& [label, p] : ps) {
-      auto rows = evaluate_policy(pool, set.tasks, p, cfg.eval_seed,
-                                  cfg.compile_workers + cfg.devices, baselines);
+    for (const auto& [label, spec] : ps) {
+      policy_spec p = spec;
+      p.name = label; // progress lines say "trained", not a checkpoint's path
+      auto rows =
+          evaluate_policy(pool, set.tasks, p, cfg.eval_seed, cfg.eval_parallel, baselines, &eager);
       all.push_back(summary_json(label, set.name, cfg.backend, rows));
       print_summary(all.back());
     }
@@ -215,7 +218,24 @@ expected<nlohmann::json> evaluate_learning(const run_config& cfg, const common_a
     }
     row["tasks"] = s.tasks.size();
     row["trained_over_expert"] = row["trained"]["speed_vs_expert"];
+    auto [over_untrained, n] = paired_speed(by["trained"], by["untrained"]);
+    row["trained_over_untrained"] = over_untrained;
+    row["trained_over_untrained_tasks"] = n;
     learned[s.name] = row;
+  }
+  // What it means, in words: the margin training bought on each set.
+  for (const auto& s : sets) {
+    if (!learned.contains(s.name)) continue;
+    const auto& row = learned[s.name];
+    double g = row.value("trained_over_untrained", 1.0);
+    std::printf(
+        "  %s: the trained model's kernels run %.2fx %s the untrained model's (paired over %d "
+        "tasks both solved; pass %.0f%% -> %.0f%%)%s\n",
+        s.name.c_str(), g >= 1 ? g : 1 / g, g >= 1 ? "as fast as" : "slower than",
+        row.value("trained_over_untrained_tasks", 0),
+        100 * row["untrained"].value("pass_rate", 0.0),
+        100 * row["trained"].value("pass_rate", 0.0),
+        s.name == "held_out" ? ": tasks no reward ever covered" : "");
   }
   return learned;
 }

@@ -217,14 +217,15 @@ expected<program> checkpoint_program(const task& t, const policy_spec& p) {
   return parse_program(tokens_to_text(program_tokens));
 }
 
-eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, uint64_t seed) {
+eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, uint64_t seed,
+                       eager_times* eager) {
   eval_row r = task_row(t);
   // The reference is trusted code: it may take what it takes (KernelBench's conv_transpose
   // problems run ~10 s per call on cpu even at batch 1). A submission then gets time in
   // proportion to the reference's cost: 60 calls' worth (checks, warm-up, trials) past the base.
   auto bj = make_job(t, job_kind::baseline);
   bj.timeout_s = 900;
-  auto base = pool.run(bj);
+  auto base = eager ? eager->get(t.name, [&] { return pool.run(bj); }) : pool.run(bj);
   if (base.kind != outcome_kind::correct || !base.time) {
     r.outcome = "baseline_failed";
     r.message = base.message;
@@ -292,6 +293,16 @@ eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, u
 
 } // namespace
 
+outcome eager_times::get(const std::string& task, const std::function<outcome()>& measure) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = by_task_.find(task); it != by_task_.end()) return it->second;
+  }
+  outcome o = measure(); // two policies asking at once both measure; the first kept wins
+  std::lock_guard<std::mutex> lock(mu_);
+  return by_task_.emplace(task, o).first->second;
+}
+
 eval_row task_row(const task& t) {
   eval_row r;
   r.task = t.name;
@@ -303,14 +314,14 @@ eval_row task_row(const task& t) {
 
 std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>& tasks,
                                       const policy_spec& p, uint64_t seed, int parallel,
-                                      const compile_baselines* baselines) {
+                                      const compile_baselines* baselines, eager_times* eager) {
   std::vector<eval_row> rows(tasks.size());
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex log_mutex;
   phase_clock clock(static_cast<int64_t>(tasks.size()));
   auto worker = [&] {
     for (std::size_t i; (i = next++) < tasks.size();) {
-      rows[i] = evaluate_task(pool, tasks[i], p, seed);
+      rows[i] = evaluate_task(pool, tasks[i], p, seed, eager);
       if (baselines) rows[i].compiled_ms = lookup(*baselines, tasks[i]);
       std::size_t n = ++done;
       std::lock_guard<std::mutex> lock(log_mutex);

@@ -9,6 +9,9 @@
 #include "rollout/baselines.hpp"
 #include "rollout/eval_metrics.hpp"
 
+#include <functional>
+#include <map>
+#include <mutex>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -37,8 +40,9 @@ struct policy_spec {
   std::string name; // "expert" | "random" | a checkpoint path | "sources:DIR"
   bool random = false;
   std::string checkpoint; // a learner checkpoint: its model writes programs greedily
-  // Free-form source written elsewhere (an external model, a person): DIR/<task>.cpp on the cpu
-  // backend, DIR/<task>.cu on cuda (submission/source_program.hpp). A task without a file fails.
+  // Free-form source written elsewhere (an external model, a person): DIR/<task><ext> for the
+  // backend's source kinds (submission/submission_kind.hpp: .cpp on cpu, .cu on cuda). A task
+  // without exactly one such file fails.
   std::string sources_dir;
   bool llm = false; // an LLM behind an HTTP endpoint: always through episodes (eval_episodes.hpp)
 };
@@ -49,11 +53,26 @@ expected<policy_spec> parse_policy(const std::string& name);
 // A row with what the task alone decides: name, level, compulsory bytes, memory-bound or not.
 eval_row task_row(const task& t);
 
+// Eager baselines measured once per task and shared by every policy evaluated with it, so their
+// rows compare against the same eager time (small tasks' eager times move by several x between
+// measurements on a busy 2-core machine). Thread-safe.
+class eager_times {
+public:
+  // The task's baseline outcome, measured by `measure` on first use.
+  outcome get(const std::string& task, const std::function<outcome()>& measure);
+
+private:
+  std::mutex mu_;
+  std::map<std::string, outcome> by_task_;
+};
+
 // Evaluates every task with `parallel` requests in flight; logs one line per task as it finishes.
-// `baselines` (may be null) fills each row's torch.compile time where the file has the task.
+// `baselines` (may be null) fills each row's torch.compile time where the file has the task;
+// `eager` (may be null) shares eager baselines across calls.
 std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>& tasks,
                                       const policy_spec& p, uint64_t seed, int parallel,
-                                      const compile_baselines* baselines = nullptr);
+                                      const compile_baselines* baselines = nullptr,
+                                      eager_times* eager = nullptr);
 
 // {"policy", "suite", "backend", "overall": {...}, "levels": {"1": {...}}, "tasks": [...]}
 nlohmann::json summary_json(const std::string& policy, const std::string& suite,

@@ -2,6 +2,8 @@
 // Chromium) and survives being mailed around, which a page loading a charting library does not.
 #include "app/report.hpp"
 
+#include "app/report_charts.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -33,7 +35,8 @@ void read_metrics(const fs::path& p, report_source& src) {
   std::string line;
   int64_t n = 0, bad = 0;
   // Learner rows count steps, rollout rows time; a version or episode count is a fallback.
-  static const char* x_keys[] = {"step", "update", "t", "elapsed_s", "episodes", "version"};
+  // Episodes before time: a rollout row has both, and learning reads against episodes.
+  static const char* x_keys[] = {"step", "update", "episodes", "t", "elapsed_s", "version"};
   while (std::getline(in, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -96,24 +99,6 @@ json as_eval_array(const json& j) {
   return json::array();
 }
 
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) switch (c) {
-    case '<': o += "&lt;"; break;
-    case '>': o += "&gt;"; break;
-    case '&': o += "&amp;"; break;
-    case '"': o += "&quot;"; break;
-    default: o += c;
-    }
-  return o;
-}
-
-std::string num(double v, int digits = 3) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.*g", digits, v);
-  return b;
-}
-
 // A metric as the tables show it: "n/a" stays "n/a"; shares as percentages; ratios with an x.
 std::string cell(const json& o, const char* key) {
   if (!o.is_object() || !o.contains(key)) return "-";
@@ -131,80 +116,6 @@ std::string cell(const json& o, const char* key) {
 
 const char* kColumns[] = {"tasks",          "pass_rate",     "fast_1_eager",
                           "fast_1_compile", "geomean_eager", "geomean_compile"};
-
-std::string line_chart(const metric_series& s) {
-  const double w = 420, h = 170, l = 58, r = 10, t = 22, b = 26;
-  double x0 = s.points.front().first, x1 = x0, y0 = s.points.front().second, y1 = y0;
-  for (auto [x, y] : s.points) {
-    x0 = std::min(x0, x), x1 = std::max(x1, x);
-    y0 = std::min(y0, y), y1 = std::max(y1, y);
-  }
-  if (x1 == x0) x1 = x0 + 1;
-  if (y1 == y0) y1 = y0 + 1;
-  std::ostringstream o;
-  o << "<svg class=\"chart\" viewBox=\"0 0 " << w << " " << h << "\" width=\"" << w
-    << "\" height=\"" << h << "\">";
-  o << "<text x=\"" << l << "\" y=\"14\" class=\"ct\">" << esc(s.key) << "</text>";
-  o << "<rect x=\"" << l << "\" y=\"" << t << "\" width=\"" << w - l - r << "\" height=\""
-    << h - t - b << "\" class=\"frame\"/>";
-  o << "<text x=\"" << l - 4 << "\" y=\"" << t + 8 << "\" class=\"ay\">" << num(y1)
-    << "</text><text x=\"" << l - 4 << "\" y=\"" << h - b << "\" class=\"ay\">" << num(y0)
-    << "</text>";
-  o << "<text x=\"" << l << "\" y=\"" << h - 8 << "\" class=\"ax\">" << num(x0)
-    << "</text><text x=\"" << w - r << "\" y=\"" << h - 8 << "\" class=\"ax\" text-anchor=\"end\">"
-    << esc(s.x_key) << " " << num(x1) << "</text>";
-  o << "<polyline class=\"line\" points=\"";
-  for (auto [x, y] : s.points)
-    o << num(l + (x - x0) / (x1 - x0) * (w - l - r), 6) << ","
-      << num(h - b - (y - y0) / (y1 - y0) * (h - t - b), 6) << " ";
-  o << "\"/></svg>";
-  return o.str();
-}
-
-// log2(speedup) of the correct tasks against eager or torch.compile (the tasks with a compile
-// baseline), in half-octave bins from 1/32x to 32x; empty when no task has that baseline.
-std::string speedup_histogram(const json& eval, bool vs_compile) {
-  std::vector<int> bins(20, 0);
-  int count = 0;
-  const json tasks = eval.value("tasks", json::array());
-  for (const auto& r : tasks) {
-    if (!r.value("correct", false)) continue;
-    double sp = r.value("speedup_eager", 0.0);
-    if (vs_compile) {
-      const double kernel = r.value("kernel_ms", 0.0);
-      sp = r.contains("compiled_ms") && r["compiled_ms"].is_number() && kernel > 0
-               ? r["compiled_ms"].get<double>() / kernel
-               : 0.0;
-    }
-    if (sp <= 0) continue;
-    int bin = static_cast<int>(std::floor((std::log2(sp) + 5) * 2));
-    ++bins[std::clamp(bin, 0, 19)];
-    ++count;
-  }
-  if (count == 0) return vs_compile ? std::string() : "<p class=\"note\">no correct tasks</p>";
-  int top = *std::max_element(bins.begin(), bins.end());
-  const double w = 420, h = 150, l = 10, b = 24, t = 20;
-  double bw = (w - 2 * l) / 20;
-  std::ostringstream o;
-  o << "<svg class=\"chart\" viewBox=\"0 0 " << w << " " << h << "\" width=\"" << w
-    << "\" height=\"" << h << "\"><text x=\"" << l << "\" y=\"14\" class=\"ct\">"
-    << esc(eval.value("policy", std::string("?"))) << ": speedup vs "
-    << (vs_compile ? "torch.compile" : "eager") << ", " << count << " correct tasks</text>";
-  for (int i = 0; i < 20; ++i) {
-    double bh = (h - t - b) * bins[i] / top;
-    bool faster = i >= 10;
-    o << "<rect x=\"" << num(l + i * bw + 1, 6) << "\" y=\"" << num(h - b - bh, 6) << "\" width=\""
-      << num(bw - 2, 6) << "\" height=\"" << num(bh, 6) << "\" class=\""
-      << (faster ? "fast" : "slow") << "\"><title>" << bins[i] << "</title></rect>";
-  }
-  o << "<line x1=\"" << l + 10 * bw << "\" x2=\"" << l + 10 * bw << "\" y1=\"" << t << "\" y2=\""
-    << h - b << "\" class=\"one\"/>";
-  o << "<text x=\"" << l << "\" y=\"" << h - 8 << "\" class=\"ax\">1/32x</text><text x=\""
-    << l + 10 * bw << "\" y=\"" << h - 8
-    << "\" class=\"ax\" text-anchor=\"middle\">1x</text><text x=\"" << w - l << "\" y=\"" << h - 8
-    << "\" class=\"ax\" text-anchor=\"end\">32x</text></svg>";
-  return o.str();
-}
 
 std::string eval_table(const json& e) {
   std::ostringstream o;
@@ -232,7 +143,10 @@ td:first-child,th:first-child{text-align:left}.charts{display:flex;flex-wrap:wra
 .chart{border:1px solid #eee;background:#fff}.frame{fill:none;stroke:#bbb}
 .line{fill:none;stroke:#1f6feb;stroke-width:1.6}.ct{font-size:12px;font-weight:600}
 .ax,.ay{font-size:10px;fill:#666}.ay{text-anchor:end}.fast{fill:#2da44e}.slow{fill:#d4a72c}
-.one{stroke:#555;stroke-dasharray:3 3}.note{color:#777}.warn{color:#b35900})";
+.one{stroke:#555;stroke-dasharray:3 3}.note{color:#777}.warn{color:#b35900}
+.b-untrained{fill:#b7bec7}.b-trained{fill:#1f6feb}.b-expert{fill:#8250df}
+.bv{font-size:12px;font-weight:600;text-anchor:middle}.bl{font-size:11px;fill:#444;text-anchor:middle}
+.headline{font-size:15px;margin:4px 0}.key .chart{border-color:#c8d7f0})";
 
 // An eval entry's policy, with the set it ran on when a run's after-training evaluation made it.
 std::string policy_label(const json& e) {
@@ -405,7 +319,39 @@ std::string render_html(const std::vector<report_source>& sources) {
   std::ostringstream o;
   o << "<!doctype html><html><head><meta charset=\"utf-8\"><title>Kiln report</title><style>"
     << kStyle << "</style></head><body><h1>Kiln report</h1>";
-  // Side by side first: the question people open a report with is "which checkpoint is better".
+  // A run's result first, as a picture: what training bought, then how it got there.
+  for (const auto& s : sources) {
+    if (!s.summary.is_object() || !s.summary.contains("learned")) continue;
+    const json learned = s.summary["learned"];
+    o << "<h2>What was learned: " << esc(s.label) << "</h2>";
+    for (const char* set : {"train", "held_out"}) {
+      const json row = learned.value(set, json::object());
+      if (!row.contains("trained_over_untrained")) continue;
+      bool held = std::string(set) == "held_out";
+      o << "<p class=\"headline\"><b>" << (held ? "held-out" : set)
+        << "</b>: the trained model's kernels run <b>"
+        << num(row.value("trained_over_untrained", 1.0)) << "x</b> as fast as the "
+        << "untrained model's and " << num(row.value("trained_over_expert", 0.0))
+        << "x the expert's (paired over " << row.value("trained_over_untrained_tasks", 0)
+        << " tasks)" << (held ? ", on tasks no reward ever covered" : "") << ".</p>";
+    }
+    o << "<div class=\"charts\">" << learned_chart(learned);
+    std::string steady;
+    for (auto [key, title] : {std::pair<const char*, const char*>{"window_reward", "reward"},
+                              {"window_pass_rate", "pass rate"},
+                              {"window_task_gain", "reward gain over the task's first group"}})
+      for (const auto& m : s.series) {
+        if (m.file != "rollout.jsonl" || m.key != key || m.points.size() < 2) continue;
+        if (is_constant(m))
+          steady += std::string(steady.empty() ? "" : ", ") + title + " " +
+                    num(m.points.front().second) + " throughout";
+        else
+          o << line_chart(m, std::string(title) + " (per progress window)");
+      }
+    o << "</div>";
+    if (!steady.empty()) o << "<p class=\"note\">rollout: " << esc(steady) << "</p>";
+  }
+  // Side by side: the question people open a report with is "which checkpoint is better".
   bool any_eval = false;
   for (const auto& s : sources) any_eval |= !s.evals.empty();
   if (any_eval) {
@@ -469,7 +415,7 @@ std::string render_html(const std::vector<report_source>& sources) {
     }
     for (const auto& w : s.warnings) o << "<p class=\"warn\">" << esc(w) << "</p>";
     if (!s.series.empty()) {
-      o << "<h3>Training curves</h3>";
+      o << "<h3>All metrics</h3>";
       std::string file, constants;
       auto close_file = [&] {
         if (file.empty()) return;

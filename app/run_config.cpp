@@ -24,10 +24,12 @@ expected<run_config> read_run_config(config_reader& r) {
   c.eval_suites = r.paths("eval.suites", c.suites);
   c.eval_max_tasks = r.integer("eval.max_tasks", 0, 0);
   c.eval_seed = static_cast<uint64_t>(r.integer("eval.seed", 1, 0));
+  c.eval_parallel = static_cast<int>(r.integer("eval.parallel", 0, 0, 1024));
   c.cache_dir = r.path("pool.cache_dir", "");
   c.devices = static_cast<int>(r.integer("pool.devices", 1, 0, 1024)); // cuda: 0 = every GPU
   c.first_device = static_cast<int>(r.integer("pool.first_device", 0, 0, 1023));
   c.compile_workers = static_cast<int>(r.integer("pool.compile_workers", 2, 1, 1024));
+  if (c.eval_parallel == 0) c.eval_parallel = c.compile_workers + c.devices;
   c.baselines = r.path("pool.baselines", "");
   c.remote = r.strings("pool.remote", {});
   c.local_pool = r.boolean("pool.local", true);
@@ -46,6 +48,7 @@ expected<run_config> read_run_config(config_reader& r) {
   c.rollout_max_turns = static_cast<int>(r.integer("rollout.max_turns", 2, 1, 64));
   c.rollout_max_tasks = r.integer("rollout.max_tasks", 0, 0);
   c.rollout_progress_s = r.real("rollout.progress_s", c.rollout_progress_s);
+  c.metrics_tensorboard = r.boolean("metrics.tensorboard", c.metrics_tensorboard);
   c.rollout_verify_checks = static_cast<int>(r.integer("rollout.verify_checks", 5, 1, 100));
   c.rollout_timing_cap_ms = r.real("rollout.timing_cap_ms", c.rollout_timing_cap_ms);
   c.rollout_reward =

@@ -59,6 +59,9 @@ struct run_config {
   int rollout_max_turns = 2;
   int64_t rollout_max_tasks = 0; // training tasks taken from [tasks] (0 = all that validated)
   double rollout_progress_s = 5; // seconds between progress lines and metrics rows
+  // [metrics] tensorboard: the rollout's and learner's rows also as TensorBoard event files in
+  // <run>/tensorboard (`tensorboard --logdir runs`).
+  bool metrics_tensorboard = false;
   int rollout_verify_checks = 5; // fresh-input checks per evaluated program
   double rollout_timing_cap_ms = 1000;
   std::string rollout_reward = "tiers"; // tiers | speedup | log_speedup (rollout/reward.hpp)
@@ -84,6 +87,9 @@ struct run_config {
   bool eval_after_training = false;
   std::vector<std::string> eval_held_out;
   int64_t eval_after_max_tasks = 0; // per set (0 = all)
+  // Tasks in flight at once (0: compile workers + devices). 1 keeps compiles from running beside
+  // timings, which on a 2-core machine moves small tasks' times.
+  int eval_parallel = 0;
 };
 
 // Reads the [learner] keys into `out` (defaults: learner_config's); problems go to the reader.

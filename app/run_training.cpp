@@ -7,6 +7,7 @@
 #include "app/eval_runner.hpp"
 #include "app/phase_clock.hpp"
 #include "app/sft_programs.hpp"
+#include "app/tensorboard_events.hpp"
 #include "learner/learner.hpp"
 #include "learner/model_policy.hpp"
 #include "llm/llm_policy_server.hpp"
@@ -285,6 +286,32 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  std::optional<tensorboard_events> tb;
+  if (cfg.metrics_tensorboard) {
+    auto w = tensorboard_events::open(run_dir + "/tensorboard");
+    if (!w) return error{cfg.origin + ": [metrics] tensorboard: " + w.message()};
+    tb.emplace(std::move(*w));
+    spdlog::info("tensorboard: {} (tensorboard --logdir {})", tb->path(), run_dir);
+  }
+  // The learner writes its own rows; they are mirrored as they arrive (whole lines only).
+  std::ifstream learner_rows;
+  int64_t learner_row = 0;
+  auto mirror_learner = [&] {
+    if (!tb) return;
+    if (!learner_rows.is_open()) learner_rows.open(run_dir + "/learner.jsonl");
+    std::string line;
+    for (auto at = learner_rows.tellg(); std::getline(learner_rows, line);
+         at = learner_rows.tellg()) {
+      if (learner_rows.eof()) { // a line still being written: read it again next time
+        learner_rows.clear();
+        learner_rows.seekg(at);
+        break;
+      }
+      auto row = json::parse(line, nullptr, false);
+      if (row.is_object()) tb->scalars("learner", row, ++learner_row);
+    }
+    learner_rows.clear();
+  };
   std::thread progress([&] {
     caf::scoped_actor probe{sys};
     std::ofstream rows(run_dir + "/rollout.jsonl");
@@ -351,6 +378,11 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
               [](caf::error&) {});
       s["learner_lag_mean"] = last_lag.load();
       rows << s.dump() << "\n" << std::flush;
+      if (tb) {
+        tb->scalars("rollout", s, static_cast<int64_t>(num(s, "episodes")));
+        mirror_learner();
+        tb->flush();
+      }
       print_progress(s, elapsed(), cfg.rollout_episodes);
     }
   });
@@ -403,6 +435,10 @@ expected<json> run_training(const run_config& cfg, const std::vector<task>& all_
            std::chrono::steady_clock::now() < drain_until)
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     learn->stop(); // writes the final checkpoint
+    if (tb) {      // the rows written after the last progress row
+      mirror_learner();
+      tb->flush();
+    }
     summary["learner_version"] = learn->version();
     summary["learner_steps"] = learn->steps();
     summary["trajectories_trained"] = learn->trajectories_trained();

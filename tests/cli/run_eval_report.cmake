@@ -4,6 +4,7 @@
 file(REMOVE_RECURSE ${OUT}/loop_runs)
 execute_process(COMMAND ${KILN} run --set tasks.max_tasks=4 --set eval.after_max_tasks=2
                   --set rollout.episodes=8 --set rollout.max_tasks=2 --set learner.sft_candidates=2
+                  --set metrics.tensorboard=true --set rollout.progress_s=1
                   --set run.out_dir=${OUT}/loop_runs --set pool.cache_dir=${OUT}/kernel_cache
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT "${out}${err}" MATCHES "learner: checkpoint")
@@ -32,6 +33,14 @@ endif()
 file(READ ${run_dir}/report.html page)
 if(NOT page MATCHES "<polyline" OR NOT page MATCHES "What was learned")
   message(FATAL_ERROR "the run's report.html has no curves or no 'What was learned'")
+endif()
+# [metrics] tensorboard: event files a reader of the published format accepts, CRCs and all.
+file(GLOB events ${run_dir}/tensorboard/events.out.tfevents.*)
+execute_process(COMMAND ${PYTHON} ${SOURCE}/tests/tools/read_tfevents.py ${events}
+                  --expect rollout/pass_rate rollout/mean_reward learner/loss
+                RESULT_VARIABLE rc OUTPUT_VARIABLE tb)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the run's TensorBoard events do not read back:\n${tb}")
 endif()
 file(READ ${run_dir}/summary.json summary)
 string(JSON expert_speed GET "${summary}" learned train expert speed_vs_expert)
