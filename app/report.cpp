@@ -337,16 +337,17 @@ std::string render_html(const std::vector<report_source>& sources) {
     }
     o << "<div class=\"charts\">" << learned_chart(learned);
     std::string steady;
-    for (auto [key, title] : {std::pair<const char*, const char*>{"window_reward", "reward"},
-                              {"window_pass_rate", "pass rate"},
-                              {"window_task_gain", "reward gain over the task's first group"}})
+    for (auto [key, title] :
+         {std::pair<const char*, const char*>{"window_reward", "reward (window mean)"},
+          {"window_pass_rate", "pass rate (window)"},
+          {"window_task_gain", "reward over the task's first group"}})
       for (const auto& m : s.series) {
         if (m.file != "rollout.jsonl" || m.key != key || m.points.size() < 2) continue;
         if (is_constant(m))
           steady += std::string(steady.empty() ? "" : ", ") + title + " " +
                     num(m.points.front().second) + " throughout";
         else
-          o << line_chart(m, std::string(title) + " (per progress window)");
+          o << line_chart(m, title);
       }
     o << "</div>";
     if (!steady.empty()) o << "<p class=\"note\">rollout: " << esc(steady) << "</p>";

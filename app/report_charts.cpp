@@ -23,6 +23,7 @@ std::string esc(const std::string& s) {
 }
 
 std::string num(double v, int digits) {
+  if (std::fabs(v) < 1e-9) v = 0; // a sum's rounding residue reads as 0, not -7.1e-15
   char b[64];
   std::snprintf(b, sizeof b, "%.*g", digits, v);
   return b;
@@ -119,7 +120,7 @@ std::string learned_chart(const nlohmann::json& learned) {
       top = std::max(top, row.value(p, json::object()).value("speed_vs_expert", 0.0));
   }
   top *= 1.15;
-  const double group = 230, bar = 52, h = 250, t = 34, b = 48, l = 46;
+  const double bar = 56, gap = 16, group = 3 * bar + 2 * gap + 40, h = 250, t = 34, b = 48, l = 46;
   const double w = l + group * sets + 10;
   std::ostringstream o;
   o << "<svg class=\"chart\" viewBox=\"0 0 " << w << " " << h << "\" width=\"" << w
@@ -136,16 +137,16 @@ std::string learned_chart(const nlohmann::json& learned) {
       const json r = row.value(policies[i], json::object());
       double v = r.value("speed_vs_expert", 0.0);
       double y = y_of(v);
-      o << "<rect x=\"" << num(x + i * (bar + 8), 6) << "\" y=\"" << num(y, 6) << "\" width=\""
+      o << "<rect x=\"" << num(x + i * (bar + gap), 6) << "\" y=\"" << num(y, 6) << "\" width=\""
         << bar << "\" height=\"" << num(h - b - y, 6) << "\" class=\"" << classes[i] << "\"/>";
-      o << "<text x=\"" << num(x + i * (bar + 8) + bar / 2, 6) << "\" y=\"" << num(y - 4, 6)
+      o << "<text x=\"" << num(x + i * (bar + gap) + bar / 2, 6) << "\" y=\"" << num(y - 4, 6)
         << "\" class=\"bv\">" << num(v) << "x</text>";
-      o << "<text x=\"" << num(x + i * (bar + 8) + bar / 2, 6) << "\" y=\"" << h - b + 13
+      o << "<text x=\"" << num(x + i * (bar + gap) + bar / 2, 6) << "\" y=\"" << h - b + 13
         << "\" class=\"bl\">" << policies[i] << "</text>";
-      o << "<text x=\"" << num(x + i * (bar + 8) + bar / 2, 6) << "\" y=\"" << h - b + 25
+      o << "<text x=\"" << num(x + i * (bar + gap) + bar / 2, 6) << "\" y=\"" << h - b + 25
         << "\" class=\"bl\">pass " << num(100 * r.value("pass_rate", 0.0)) << "%</text>";
     }
-    o << "<text x=\"" << num(x + 1.5 * bar + 8, 6) << "\" y=\"" << h - 6
+    o << "<text x=\"" << num(x + 1.5 * bar + gap, 6) << "\" y=\"" << h - 6
       << "\" class=\"ct\" text-anchor=\"middle\">"
       << esc(set == "held_out" ? "held-out tasks" : set + " tasks") << " (" << row.value("tasks", 0)
       << ")</text>";
