@@ -2,9 +2,12 @@
 # checkpoint and metrics in its run directory; `kiln eval --policy CHECKPOINT` evaluates it through
 # the pool; `kiln report` turns the run directory into HTML + Markdown.
 file(REMOVE_RECURSE ${OUT}/loop_runs)
+# Small tasks train fast: 16 episodes in batches of 4 give PPO updates and several progress rows,
+# so the report has curves to draw.
 execute_process(COMMAND ${KILN} run --set tasks.max_tasks=4 --set eval.after_max_tasks=2
-                  --set rollout.episodes=8 --set rollout.max_tasks=2 --set learner.sft_candidates=2
-                  --set metrics.tensorboard=true --set rollout.progress_s=1
+                  --set rollout.episodes=16 --set rollout.max_tasks=2 --set learner.sft_candidates=2
+                  --set learner.batch_size=4 --set metrics.tensorboard=true
+                  --set rollout.progress_s=0.5
                   --set run.out_dir=${OUT}/loop_runs --set pool.cache_dir=${OUT}/kernel_cache
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT "${out}${err}" MATCHES "learner: checkpoint")
