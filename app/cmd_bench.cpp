@@ -216,12 +216,14 @@ int cmd_bench(const common_args& common, const bench_args& args) {
     spdlog::error("{}", cfg.message());
     return 2;
   }
+  cfg->executor.spare_hosts = args.spare_hosts;
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, {common.threads, "sharing"});
   caf::actor_system sys{sys_cfg};
   nlohmann::json out = {{"backend", args.backend},
                         {"devices", args.devices},
-                        {"compile_workers", args.compile_workers}};
+                        {"compile_workers", args.compile_workers},
+                        {"spare_hosts", args.spare_hosts}};
 
   // 1. Compile latency: distinct random programs, each compiled once (cold), through the workers.
   {

@@ -118,6 +118,7 @@ struct bench_args {
   int compiles = 24; // distinct random programs for compile latency
   int jobs = 200;    // verify jobs at saturation (router: jobs in all)
   int in_flight = 8;
+  int spare_hosts = 0;             // pool: kernel hosts each executor starts ahead (0: its default)
   std::vector<std::string> remote; // router (app/cmd_bench_router.cpp): the nodes it spreads over
   // rollout (app/cmd_bench_rollout.cpp)
   int episodes = 10000;          // concurrent episodes (null pool) / episodes in total (cpu pool)

@@ -189,6 +189,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   be->add_option("--jobs", bench.jobs, "verify jobs at saturation")->capture_default_str();
   be->add_option("--in-flight", bench.in_flight, "requests in flight")->capture_default_str();
+  be->add_option("--spare-hosts", bench.spare_hosts,
+                 "pool: kernel hosts started ahead of jobs (0: 3 on cuda, 1 on cpu)")
+      ->capture_default_str();
   be->add_option(
       "--remote", bench.remote,
       "router: a `kiln node` (HOST:PORT; --backend null for the router alone), repeated");
@@ -278,6 +281,7 @@ int main(int argc, char** argv) {
   exe->add_option("--file-size-mib", exec.file_size_mib, "RLIMIT_FSIZE")->capture_default_str();
   exe->add_option("--threads", exec.threads, "kernel and LibTorch threads")->capture_default_str();
   exe->add_option("--kernel-host", exec.kernel_host, "kiln-kernel-host binary");
+  exe->add_option("--spare-hosts", exec.spare_hosts, "kernel hosts started ahead of jobs");
   exe->add_option("--cgroup", exec.cgroup, "this executor's cgroup folder");
   exe->add_option("--kernel-scratch", exec.kernel_scratch, "where kernel hosts' folders go");
   exe->add_flag("!--kernel-keeps-privileges", exec.kernel_drop_privileges,

@@ -4,6 +4,12 @@
 #include "executor/cuda_runtime.hpp"
 
 #include <cuda_runtime.h>
+// Debian's LibTorch is cpu-only but ships c10/cuda headers that cannot be included; a CUDA
+// LibTorch has them whole.
+#if __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
+#include <c10/cuda/CUDACachingAllocator.h>
+#define KILN_TORCH_CUDA 1
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -141,6 +147,14 @@ status cuda_open_device(int ordinal) {
   if (auto e = cudaFree(nullptr); e != cudaSuccess) return cuda_error("CUDA context", e);
   d = ordinal;
   return ok();
+}
+
+void cuda_trim_cached_memory() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return;
+#ifdef KILN_TORCH_CUDA
+  if (free_bytes < total_bytes / 4) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
 }
 
 status cuda_synchronize(bool* sticky) {

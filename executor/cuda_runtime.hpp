@@ -46,6 +46,11 @@ status cuda_open_device(int ordinal);
 // (illegal address, launch failure): only a fresh process can use the device again.
 status cuda_synchronize(bool* sticky = nullptr);
 
+// Hands the reference's cached, unused device memory back to the driver when less than a quarter
+// of the device is free: the job's shared region (cuMemCreate) and the kernel host's own
+// allocations come from outside PyTorch's caching allocator and would fail beside its cache.
+void cuda_trim_cached_memory();
+
 // Device time of `call` (trusted code: the eager baseline) from events on the legacy default
 // stream, read after a whole-device synchronize.
 timed_fn cuda_timed(std::function<status()> call);

@@ -19,6 +19,7 @@
 #include <ATen/Parallel.h>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,7 +34,11 @@ struct job_runner::impl {
   std::vector<at::Tensor> params, params_k;
   std::unique_ptr<cache_flusher> flusher;
   run_device dev;
-  std::unique_ptr<kernel_host> spare; // started after a job, for the next one: never ran code
+  // Hosts started ahead, oldest first, none of which ran code: a host's start (a CUDA context,
+  // ~0.3 s) outlasts a short job, so one spare started after a job is still starting when the
+  // next job wants it. Several, started at once, are ready by their turn.
+  std::deque<std::unique_ptr<kernel_host>> spares;
+  int spare_count = 1;
 
   impl(kernel_host_options ho) : host_opts(std::move(ho)), cuda_device(host_opts.cuda_device) {
 #ifdef KILN_HAVE_CUDA
@@ -62,8 +67,25 @@ struct job_runner::impl {
   }
 
   expected<std::unique_ptr<kernel_host>> take_host() {
-    if (spare) return std::move(spare);
-    return kernel_host::start(host_opts);
+    if (spares.empty()) return kernel_host::start(host_opts);
+    auto h = std::move(spares.front());
+    spares.pop_front();
+    return h;
+  }
+
+  void top_up_spares() {
+    while (static_cast<int>(spares.size()) < spare_count) {
+      auto next = kernel_host::start(host_opts);
+      if (!next) return; // the next job starts its own host and reports why that fails
+      spares.push_back(std::move(*next));
+    }
+  }
+
+  // Before anything is timed: every spare's start (its device context) is over, so none
+  // touches the device beside a timed trial. A spare that failed to start is dropped.
+  void settle_spares() {
+    for (auto it = spares.begin(); it != spares.end();)
+      it = (*it)->wait_started(monotonic_ms()) ? std::next(it) : spares.erase(it);
   }
 
   // Output buffers from shape inference; argmax / argmin results are int64 (kiln_abi.h).
@@ -87,6 +109,7 @@ struct job_runner::impl {
                          "' is not served by this executor (" + backend() + ")");
     const auto& ps = params_for(t);
     if (j.kind == job_kind::baseline) {
+      settle_spares();
       auto tm = time_reference(t, ps, j.timing, dev);
       note_clocks(tm);
       return tm;
@@ -101,8 +124,8 @@ struct job_runner::impl {
     if (int alive = (*host)->kill_all(); alive > 0 && result.kind == outcome_kind::correct)
       result = failure(outcome_kind::runtime_error,
                        "a process of the kernel's outlived its job (killed)");
-    // The next job's host starts now, while this outcome travels back.
-    if (auto next = kernel_host::start(host_opts)) spare = std::move(*next);
+    // The next jobs' hosts start now, while this outcome travels back.
+    top_up_spares();
     return result;
   }
 
@@ -115,6 +138,14 @@ struct job_runner::impl {
       return out;
     };
     auto outs = output_specs(t);
+#ifdef KILN_HAVE_CUDA
+    if (dev.device.is_cuda()) {
+      cuda_trim_cached_memory();
+      if (dev.keep_budget_bytes == 0)
+        if (auto info = cuda_device_query(cuda_device))
+          dev.keep_budget_bytes = info->memory_bytes / 5;
+    }
+#endif
     auto bufs = shared_buffers::create(specs(t.inputs), specs(t.params), outs, dev.device);
     if (!bufs) return failure(outcome_kind::runtime_error, bufs.message());
     for (size_t i = 0; i < params_k.size(); ++i) (*bufs)->params()[i].data.copy_(params_k[i]);
@@ -139,6 +170,7 @@ struct job_runner::impl {
     if (loaded.code != kh_code::ok) return failure(outcome_kind::runtime_error, loaded.text);
 
     if (j.kind == job_kind::time) {
+      settle_spares();
       auto tm = time_kernel(c, j.timing);
       note_clocks(tm);
       check_roofline(c, j, tm);
@@ -146,6 +178,7 @@ struct job_runner::impl {
     }
     auto v = verify_kernel(c, j.verify);
     if (j.kind == job_kind::verify || v.kind != outcome_kind::correct) return v;
+    settle_spares();
     auto tm = time_kernel(c, j.timing);
     if (tm.kind == outcome_kind::correct) tm.message = v.message;
     note_clocks(tm);
@@ -221,9 +254,11 @@ struct job_runner::impl {
   }
 };
 
-job_runner::job_runner(kernel_host_options host, std::unique_ptr<device_clocks> clocks)
+job_runner::job_runner(kernel_host_options host, std::unique_ptr<device_clocks> clocks,
+                       int spare_hosts)
     : impl_(std::make_unique<impl>(std::move(host))) {
   impl_->clocks = std::move(clocks);
+  impl_->spare_count = std::max(0, spare_hosts);
 }
 job_runner::~job_runner() = default;
 
@@ -262,7 +297,7 @@ expected<std::string> job_runner::prepare_host() {
   if (auto st = (*h)->set_layout(**bufs, monotonic_ms()); !st) return st.err();
   std::string facts = describe((*h)->ready());
   (*h)->kill_all();
-  if (auto next = kernel_host::start(im.host_opts)) im.spare = std::move(*next);
+  im.top_up_spares();
   return facts;
 }
 
@@ -358,7 +393,9 @@ int executor_main(const executor_args& args) {
   ho.address_space_mib = args.address_space_mib;
   ho.file_size_mib = args.file_size_mib;
   ho.cgroup_parent = args.cgroup;
-  job_runner runner(ho, std::move(clocks));
+  // cuda hosts take ~0.3 s to start (a context each); cpu hosts a few ms.
+  int spares = args.spare_hosts > 0 ? args.spare_hosts : (args.cuda_device >= 0 ? 3 : 1);
+  job_runner runner(ho, std::move(clocks), spares);
   // A kernel host that cannot start would fail every job: fail the executor's start instead.
   auto facts = runner.prepare_host();
   if (!facts) {

@@ -107,6 +107,10 @@ status executor_client::start_once() {
     args.push_back("--cuda-device");
     args.push_back(std::to_string(opts_.cuda_device));
   }
+  if (opts_.spare_hosts > 0) {
+    args.push_back("--spare-hosts");
+    args.push_back(std::to_string(opts_.spare_hosts));
+  }
   if (!opts_.isolate_network) args.push_back("--no-net-isolation");
   if (!opts_.restrict_fs) args.push_back("--no-fs-restriction");
   if (opts_.drop_privileges) args.push_back("--drop-privileges");

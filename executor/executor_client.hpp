@@ -32,6 +32,7 @@ struct executor_options {
   bool kernel_landlock = true;        // false only for control tests (the attack must work)
   bool kernel_seccomp = true;
   bool cgroups = true; // a cgroup v2 folder per executor and per kernel host, where writable
+  int spare_hosts = 0; // kernel hosts started ahead of jobs; 0: the executor's default
   double start_timeout_s = 60; // spawn until hello (LibTorch start-up)
   double grace_s = 2;          // added to job.timeout_s for the reply to arrive
   std::string log_level = "warn";

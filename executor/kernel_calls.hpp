@@ -36,6 +36,9 @@ struct run_device {
   c10::Device device = c10::Device(c10::kCPU);
   cache_flusher* flusher = nullptr;
   clock_fn clock = wall_timed;
+  // cuda: device bytes the timing loop's kept outputs may hold; beyond it they wait in host
+  // memory (a 4 GB output kept 9 times does not fit an 80 GB card beside the job). 0: no limit.
+  int64_t keep_budget_bytes = 0;
 };
 
 // What the protocol costs on its own, measured with calls that skip the kernel, before the kernel

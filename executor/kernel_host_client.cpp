@@ -225,11 +225,44 @@ int kernel_host::kill_all() {
   return alive;
 }
 
+status kernel_host::wait_started(int64_t deadline_ms) {
+  if (started_) return ok();
+  // Starting takes its own time (a CUDA context): at least start_timeout_s from the spawn.
+  deadline_ms =
+      std::max(deadline_ms, started_ms_ + static_cast<int64_t>(opts_.start_timeout_s * 1000));
+  if (fd_ < 0) return error{"kernel host did not start: it is gone"};
+  kh_reply reply;
+  ssize_t got = -1;
+  for (;;) {
+    int64_t left = deadline_ms - monotonic_ms();
+    if (left <= 0) {
+      reap(false);
+      return error{"kernel host did not start by its deadline"};
+    }
+    pollfd p{fd_, POLLIN, 0};
+    int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (n <= 0) continue;
+    got = recv(fd_, &reply, sizeof reply, MSG_TRUNC);
+    if (got < 0 && errno == EINTR) continue;
+    break;
+  }
+  if (got <= 0) {
+    reap(true);
+    return error{"kernel host did not start" + (exit_text_.empty() ? "" : ": " + exit_text_)};
+  }
+  // No code of the job's has run in the host yet, but the check is the same as for any reply.
+  if (got != static_cast<ssize_t>(sizeof reply) || reply.magic != kh_magic ||
+      reply.version != kh_version || reply.op != static_cast<uint32_t>(kh_op::started))
+    return error{"kernel host: its first message is not `started` (version mismatch?)"};
+  started_ = true;
+  return ok();
+}
+
 status kernel_host::set_layout(const shared_buffers& b, int64_t deadline_ms) {
+  if (auto st = wait_started(deadline_ms); !st) return st;
   auto cmd = std::make_unique<kh_command>(b.layout());
   uint32_t n = cmd->inputs + cmd->params + cmd->outputs;
-  // The reply comes once the host's sandbox is in force; starting takes its own time (a CUDA
-  // context): at least start_timeout_s from the spawn.
+  // The reply comes once the host's sandbox is in force.
   deadline_ms =
       std::max(deadline_ms, started_ms_ + static_cast<int64_t>(opts_.start_timeout_s * 1000));
   auto r = round_trip(*cmd, kh_command_bytes(n), b.memfd(), deadline_ms, &ready_);

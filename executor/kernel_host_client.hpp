@@ -73,6 +73,9 @@ public:
   pid_t pid() const { return pid_; }
   const std::string& scratch() const { return scratch_; }
 
+  // Waits for the host's `started` (its device context exists): after this, nothing the host
+  // does touches the device until it gets a job. Called by set_layout; once is enough.
+  status wait_started(int64_t deadline_ms);
   // Hands over the job's buffers; the host maps them, then applies its sandbox and answers.
   status set_layout(const shared_buffers& b, int64_t deadline_ms);
   // Copies the artifact (and a cubin's plan) into the host's scratch directory, then loads it.
@@ -103,6 +106,7 @@ private:
   kh_reply ready_;
   clockid_t cpu_clock_ = CLOCK_MONOTONIC;
   int64_t started_ms_ = 0;
+  bool started_ = false; // its `started` was received
   double cpu_at_last_send_ = -1;
   double wall_of_last_ = 0;
   uint64_t seq_ = 0;

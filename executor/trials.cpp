@@ -41,6 +41,13 @@ check_result time_once(job_context& c, const timing_options& opts, bool& retry) 
   const int k = std::max(1, opts.checked_trials);
   std::vector<kept_trial> kept;
   kept.reserve(static_cast<size_t>(k));
+  // Kept outputs too big for the device budget are snapshotted into one device stage inside the
+  // window, as any kept trial, and moved to host memory after it (untimed).
+  int64_t out_bytes = 0;
+  for (const auto& g : c.buffers->outputs()) out_bytes += g.data.nbytes();
+  const bool spill =
+      !cpu && c.dev->keep_budget_bytes > 0 && out_bytes * k > c.dev->keep_budget_bytes;
+  std::vector<at::Tensor> stage;
 
   for (int i = 0; i < opts.warmup; ++i) {
     auto inputs = draw_inputs(c, fresh_seed());
@@ -73,10 +80,16 @@ check_result time_once(job_context& c, const timing_options& opts, bool& retry) 
     call_plan plan;
     plan.flush = true;
     plan.flush_bytes = opts.flush_bytes;
-    plan.keep = keep;
+    plan.keep = keep && spill ? &stage : keep;
     call_sample s;
     if (auto bad = call_kernel(c, inputs, plan, s)) return bad;
     if (auto bad = inspect_buffers(c, inputs)) return bad;
+    if (keep && spill) {
+      if (keep->empty())
+        for (const auto& x : stage)
+          keep->push_back(at::empty_like(x, x.options().device(at::kCPU)));
+      for (size_t i = 0; i < stage.size(); ++i) (*keep)[i].copy_(stage[i]);
+    }
     last_seed = seed;
     last_outputs = keep ? keep : (cpu ? nullptr : &c.discard);
     // On cpu the kernel's time is the executor's clock less the protocol's cost; below the

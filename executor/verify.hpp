@@ -19,8 +19,10 @@ namespace kiln {
 
 // Compares a kernel output with the reference: allclose(atol, rtol) per element, NaN never equal
 // to a number, integer outputs exactly. nullopt when everything is within tolerance.
+// Device and integer outputs are compared `slice` elements at a time (a bound on the float64
+// temporaries); an output in host memory against a device reference is compared on the device.
 std::optional<mismatch> compare_output(const at::Tensor& out, const at::Tensor& ref,
-                                       const tolerance& tol);
+                                       const tolerance& tol, int64_t slice = int64_t{1} << 26);
 
 // Empty calls (the kernel is not loaded yet): the protocol's own time per call, the CPU an idle
 // host uses between calls, and (cuda) the drain residual of a call that launches nothing. A job

@@ -296,6 +296,9 @@ int main(int argc, char** argv) {
   } else {
     start_cpu_host_threads(std::max(1, a.threads));
   }
+  kh_reply started;
+  started.op = static_cast<uint32_t>(kh_op::started);
+  send_reply(a.fd, started);
   // The job's buffers first, while the process may still open what mapping them needs.
   auto cmd = std::make_unique<kh_command>();
   int memfd = -1;

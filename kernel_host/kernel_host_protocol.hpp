@@ -1,7 +1,8 @@
 // The records the trusted executor and an untrusted kernel host exchange on their SOCK_SEQPACKET
 // channel (one record per message, so no framing). Fixed-size plain structs: the executor
 // validates every field of a reply, since the kernel host runs code that may write anything.
-//   executor --layout (+ memfd), load, empty, call--> kernel host --reply--> executor
+//   kernel host --started--> executor --layout (+ memfd), load, empty, call--> kernel host
+//   --reply--> executor
 #pragma once
 
 #include <cstdint>
@@ -9,8 +10,9 @@
 namespace kiln {
 
 constexpr uint32_t kh_magic = 0x484e4c4b; // "KLNH"
-// 2: the cuda region travels as a VMM fd, not an IPC handle; 3: load names its artifact_loader
-constexpr uint32_t kh_version = 3;
+// 2: the cuda region travels as a VMM fd, not an IPC handle; 3: load names its artifact_loader;
+// 4: the host says `started` once its device context exists
+constexpr uint32_t kh_version = 4;
 
 enum class kh_op : uint32_t {
   ready = 1,  // host -> executor once, after its sandbox is in force
@@ -18,6 +20,9 @@ enum class kh_op : uint32_t {
   load = 3,   // load the artifact (a file name inside the host's scratch directory)
   empty = 4,  // the call path without the kernel: calibrates the protocol's own cost
   call = 5,   // call the kernel once on the buffers as they are
+  // host -> executor once, unasked, before the layout: its device context exists, so starting
+  // it no longer touches the device (spare hosts must not start beside a timed trial)
+  started = 6,
 };
 
 // Inputs, params and outputs, in task declaration order, at these offsets of the shared region.

@@ -87,6 +87,49 @@ TEST_CASE("segfault: runtime_error naming the signal, the next job succeeds") {
   CHECK(c.stats().starts == starts); // the executor itself survived: only the kernel host died
 }
 
+namespace {
+
+// The executor's kernel hosts alive now (its children), by /proc.
+int kernel_hosts_of(pid_t executor) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& task :
+       fs::directory_iterator("/proc/" + std::to_string(executor) + "/task", ec)) {
+    std::ifstream children(task.path() / "children");
+    for (pid_t child; children >> child;) {
+      std::ifstream comm("/proc/" + std::to_string(child) + "/comm");
+      std::string name;
+      if (comm >> name && name.rfind("kiln-kernel", 0) == 0) ++n;
+    }
+  }
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("spare kernel hosts: started ahead, each job gets one that never ran code") {
+  auto o = test_options();
+  o.spare_hosts = 3;
+  executor_client c(o);
+  auto first = c.run(make_job(job_kind::verify, good_kernel()));
+  CHECK_MESSAGE(first.kind == outcome_kind::correct, describe(first));
+  REQUIRE(c.hello().has_value());
+  // After a job: its host is gone and three more wait (a short settle: the last one was spawned
+  // just before the outcome left).
+  int hosts = 0;
+  for (int i = 0; i < 50 && (hosts = kernel_hosts_of(c.hello()->pid)) != 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(hosts == 3);
+  // A crash spends one host; the spares behind it serve the next jobs, timed ones included.
+  auto crash = c.run(make_job(job_kind::verify, compile(kernel("*(volatile int*)0 = 1;"))));
+  CHECK(crash.kind == outcome_kind::runtime_error);
+  for (int i = 0; i < 4; ++i) {
+    auto e = c.run(make_job(i % 2 ? job_kind::verify : job_kind::evaluate, good_kernel()));
+    CHECK_MESSAGE(e.kind == outcome_kind::correct, describe(e));
+  }
+  CHECK(c.stats().starts == 1);
+}
+
 TEST_CASE("abort and a non-zero return are runtime errors") {
   auto& c = shared_client();
   auto a = c.run(make_job(job_kind::verify, compile(kernel("abort();"))));

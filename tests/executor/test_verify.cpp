@@ -49,6 +49,21 @@ TEST_CASE("compare_output: outputs of millions of elements, bad ones in later ch
   CHECK(mm->max_rel_err == doctest::Approx(2.0));
 }
 
+TEST_CASE("compare_output: the sliced path sums counts and keeps the first bad index and maxima") {
+  // The path device and integer outputs take: slices of 7 elements over 40.
+  auto ref = at::arange(40, at::kLong);
+  auto out = ref.clone();
+  out[9] = 100; // slice 1
+  out[30] = -5; // slice 4
+  auto mm = compare_output(out, ref, tol_1e3(), 7);
+  REQUIRE(mm.has_value());
+  CHECK(mm->bad_count == 2);
+  CHECK(mm->first_bad_index == 9);
+  CHECK(mm->max_abs_err == doctest::Approx(91.0));
+  CHECK(mm->max_rel_err == doctest::Approx(91.0 / 9.0));
+  CHECK_FALSE(compare_output(ref.clone(), ref, tol_1e3(), 7).has_value());
+}
+
 TEST_CASE("compare_output: NaN and infinities") {
   const float nan = std::numeric_limits<float>::quiet_NaN(),
               inf = std::numeric_limits<float>::infinity();
