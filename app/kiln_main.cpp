@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
   be->add_option("--jobs", bench.jobs, "verify jobs at saturation")->capture_default_str();
   be->add_option("--in-flight", bench.in_flight, "requests in flight")->capture_default_str();
   be->add_option("--spare-hosts", bench.spare_hosts,
-                 "pool: kernel hosts started ahead of jobs (0: 3 on cuda, 1 on cpu)")
+                 "pool: kernel hosts each executor starts ahead of jobs (0: one)")
       ->capture_default_str();
   be->add_option(
       "--remote", bench.remote,

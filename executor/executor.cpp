@@ -36,7 +36,7 @@ struct job_runner::impl {
   run_device dev;
   // Hosts started ahead, oldest first, none of which ran code: a host's start (a CUDA context,
   // ~0.3 s) outlasts a short job, so one spare started after a job is still starting when the
-  // next job wants it. Several, started at once, are ready by their turn.
+  // next job wants it. Several are an option (--spare-hosts), not yet a measured gain.
   std::deque<std::unique_ptr<kernel_host>> spares;
   int spare_count = 1;
 
@@ -143,7 +143,7 @@ struct job_runner::impl {
       cuda_trim_cached_memory();
       if (dev.keep_budget_bytes == 0)
         if (auto info = cuda_device_query(cuda_device))
-          dev.keep_budget_bytes = info->memory_bytes / 5;
+          dev.keep_budget_bytes = info->memory_bytes / 3;
     }
 #endif
     auto bufs = shared_buffers::create(specs(t.inputs), specs(t.params), outs, dev.device);
@@ -393,8 +393,9 @@ int executor_main(const executor_args& args) {
   ho.address_space_mib = args.address_space_mib;
   ho.file_size_mib = args.file_size_mib;
   ho.cgroup_parent = args.cgroup;
-  // cuda hosts take ~0.3 s to start (a context each); cpu hosts a few ms.
-  int spares = args.spare_hosts > 0 ? args.spare_hosts : (args.cuda_device >= 0 ? 3 : 1);
+  // One spare unless asked: three on the H100 gave no more verify jobs per second than one
+  // had (docs/BENCHMARKS.md, session 20), and each cuda spare holds a context's memory.
+  int spares = args.spare_hosts > 0 ? args.spare_hosts : 1;
   job_runner runner(ho, std::move(clocks), spares);
   // A kernel host that cannot start would fail every job: fail the executor's start instead.
   auto facts = runner.prepare_host();

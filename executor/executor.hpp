@@ -30,7 +30,7 @@ struct executor_args {
   bool kernel_landlock = true;        // off only for control tests
   bool kernel_seccomp = true;         // off only for control tests
   std::string cgroup;                 // this executor's cgroup folder: kernel hosts get one inside
-  int spare_hosts = 0;                // kernel hosts started ahead of jobs; 0: 3 on cuda, 1 on cpu
+  int spare_hosts = 0;                // kernel hosts started ahead of jobs; 0: one
 };
 
 // `kiln executor`: applies the sandbox, sends a hello frame, then serves jobs until EOF.

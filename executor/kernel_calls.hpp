@@ -37,7 +37,8 @@ struct run_device {
   cache_flusher* flusher = nullptr;
   clock_fn clock = wall_timed;
   // cuda: device bytes the timing loop's kept outputs may hold; beyond it they wait in host
-  // memory (a 4 GB output kept 9 times does not fit an 80 GB card beside the job). 0: no limit.
+  // memory (a 4 GB output kept 9 times does not fit an 80 GB card beside the job). The
+  // executor gives it a third of the device. 0: no limit.
   int64_t keep_budget_bytes = 0;
 };
 
