@@ -46,6 +46,8 @@ struct job_runner::impl {
       flusher = std::make_unique<cuda_cache_flusher>();
       dev.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda_device));
       dev.clock = cuda_timed;
+      if (auto info = cuda_device_query(cuda_device))
+        dev.keep_budget_bytes = info->memory_bytes / 3;
     }
 #endif
     if (!flusher) flusher = std::make_unique<cache_flusher>();
@@ -139,12 +141,7 @@ struct job_runner::impl {
     };
     auto outs = output_specs(t);
 #ifdef KILN_HAVE_CUDA
-    if (dev.device.is_cuda()) {
-      cuda_trim_cached_memory();
-      if (dev.keep_budget_bytes == 0)
-        if (auto info = cuda_device_query(cuda_device))
-          dev.keep_budget_bytes = info->memory_bytes / 3;
-    }
+    if (dev.device.is_cuda()) cuda_trim_cached_memory();
 #endif
     auto bufs = shared_buffers::create(specs(t.inputs), specs(t.params), outs, dev.device);
     if (!bufs) return failure(outcome_kind::runtime_error, bufs.message());

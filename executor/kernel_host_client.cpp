@@ -225,33 +225,38 @@ int kernel_host::kill_all() {
   return alive;
 }
 
-status kernel_host::wait_started(int64_t deadline_ms) {
-  if (started_) return ok();
-  // Starting takes its own time (a CUDA context): at least start_timeout_s from the spawn.
-  deadline_ms =
-      std::max(deadline_ms, started_ms_ + static_cast<int64_t>(opts_.start_timeout_s * 1000));
-  if (fd_ < 0) return error{"kernel host did not start: it is gone"};
-  kh_reply reply;
-  ssize_t got = -1;
+int64_t kernel_host::start_deadline(int64_t deadline_ms) const {
+  return std::max(deadline_ms, started_ms_ + static_cast<int64_t>(opts_.start_timeout_s * 1000));
+}
+
+std::optional<ssize_t> kernel_host::receive_reply(kh_reply& reply, int64_t deadline_ms) {
   for (;;) {
     int64_t left = deadline_ms - monotonic_ms();
-    if (left <= 0) {
-      reap(false);
-      return error{"kernel host did not start by its deadline"};
-    }
+    if (left <= 0) return std::nullopt;
     pollfd p{fd_, POLLIN, 0};
     int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
-    if (n <= 0) continue;
-    got = recv(fd_, &reply, sizeof reply, MSG_TRUNC);
+    if (n <= 0) continue; // EINTR or a second of nothing: look at the deadline again
+    ssize_t got = recv(fd_, &reply, sizeof reply, MSG_TRUNC);
     if (got < 0 && errno == EINTR) continue;
-    break;
+    return got;
   }
-  if (got <= 0) {
+}
+
+status kernel_host::wait_started(int64_t deadline_ms) {
+  if (started_) return ok();
+  if (fd_ < 0) return error{"kernel host did not start: it is gone"};
+  kh_reply reply;
+  auto got = receive_reply(reply, start_deadline(deadline_ms));
+  if (!got) {
+    reap(false);
+    return error{"kernel host did not start by its deadline"};
+  }
+  if (*got <= 0) {
     reap(true);
     return error{"kernel host did not start" + (exit_text_.empty() ? "" : ": " + exit_text_)};
   }
   // No code of the job's has run in the host yet, but the check is the same as for any reply.
-  if (got != static_cast<ssize_t>(sizeof reply) || reply.magic != kh_magic ||
+  if (*got != static_cast<ssize_t>(sizeof reply) || reply.magic != kh_magic ||
       reply.version != kh_version || reply.op != static_cast<uint32_t>(kh_op::started))
     return error{"kernel host: its first message is not `started` (version mismatch?)"};
   started_ = true;
@@ -263,9 +268,7 @@ status kernel_host::set_layout(const shared_buffers& b, int64_t deadline_ms) {
   auto cmd = std::make_unique<kh_command>(b.layout());
   uint32_t n = cmd->inputs + cmd->params + cmd->outputs;
   // The reply comes once the host's sandbox is in force.
-  deadline_ms =
-      std::max(deadline_ms, started_ms_ + static_cast<int64_t>(opts_.start_timeout_s * 1000));
-  auto r = round_trip(*cmd, kh_command_bytes(n), b.memfd(), deadline_ms, &ready_);
+  auto r = round_trip(*cmd, kh_command_bytes(n), b.memfd(), start_deadline(deadline_ms), &ready_);
   if (r.failure == call_failure::died) return error{"kernel host did not start: " + r.why};
   if (r.failure != call_failure::none) return error{"kernel host: " + r.why};
   if (r.code != kh_code::ok) return error{"kernel host refused the buffers: " + r.text};
@@ -347,18 +350,9 @@ call_result kernel_host::round_trip(kh_command& cmd, size_t bytes, int pass_fd, 
   if (sendmsg(fd_, &mh, MSG_NOSIGNAL) != static_cast<ssize_t>(bytes))
     return fail(call_failure::died, "the kernel host is gone");
   kh_reply reply;
-  ssize_t got = -1;
-  for (;;) {
-    int64_t left = deadline_ms - monotonic_ms();
-    if (left <= 0) return fail(call_failure::timeout, "no reply by the job's deadline");
-    pollfd p{fd_, POLLIN, 0};
-    int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) continue;
-    got = recv(fd_, &reply, sizeof reply, MSG_TRUNC);
-    if (got < 0 && errno == EINTR) continue;
-    break;
-  }
+  auto received = receive_reply(reply, deadline_ms);
+  if (!received) return fail(call_failure::timeout, "no reply by the job's deadline");
+  ssize_t got = *received;
   double t1 = now_ms();
   if (got <= 0) return fail(call_failure::died, "the kernel process died");
   if (got != static_cast<ssize_t>(sizeof reply) || reply.magic != kh_magic ||

@@ -12,6 +12,7 @@
 
 #include <ctime>
 #include <memory>
+#include <optional>
 #include <string>
 #include <sys/types.h>
 #include <utility>
@@ -93,6 +94,10 @@ private:
   kernel_host() = default;
   call_result call_op(kh_op op, int64_t deadline_ms);
   // Sends `bytes` of cmd (with pass_fd as SCM_RIGHTS when >= 0), waits for its reply, checks it.
+  // One reply off the channel: recv's result (<= 0: the host is gone), nullopt past the deadline.
+  std::optional<ssize_t> receive_reply(kh_reply& reply, int64_t deadline_ms);
+  // A start-up deadline: at least start_timeout_s from the spawn (a CUDA context takes a while).
+  int64_t start_deadline(int64_t deadline_ms) const;
   call_result round_trip(kh_command& cmd, size_t bytes, int pass_fd, int64_t deadline_ms,
                          kh_reply* keep = nullptr);
   // The host process's CPU clock, ms (-1 when unreadable).

@@ -107,42 +107,55 @@ std::optional<mismatch> compare_output(const at::Tensor& out, const at::Tensor& 
   // The tensor-op path (a device, integers) a slice at a time: its float64 copies of a 1e9-element
   // output are 8 GB each, more than a job's whole budget beside its buffers on an 80 GB card.
   // An output kept in host memory (trials.cpp) is compared on the reference's device.
-  bool any_rel = false;
   slice = std::max<int64_t>(1, slice);
-  for (int64_t b = 0, n = o.numel(); b < n; b += slice) {
+  const int64_t n = o.numel();
+  struct compared {
+    at::Tensor bad, diff, ref;
+  };
+  auto compare_slice = [&](int64_t b) {
     const int64_t e = std::min(n, b + slice);
     auto os = o.slice(0, b, e).to(r.device());
     auto rs = r.slice(0, b, e);
-    at::Tensor bad, diff;
+    compared c{{}, {}, rs};
     if (rs.scalar_type() == at::kLong || os.scalar_type() == at::kLong) {
       auto oi = os.to(at::kLong), ri = rs.to(at::kLong);
-      bad = oi.ne(ri);
-      diff = (oi.to(at::kDouble) - ri.to(at::kDouble)).abs();
+      c.bad = oi.ne(ri);
+      c.diff = (oi.to(at::kDouble) - ri.to(at::kDouble)).abs();
     } else {
       auto od = os.to(at::kDouble), rd = rs.to(at::kDouble);
       auto both_nan = od.isnan().logical_and(rd.isnan());
-      diff = (od - rd).abs();
-      auto good = diff.le(tol.atol + tol.rtol * rd.abs())
+      c.diff = (od - rd).abs();
+      auto good = c.diff.le(tol.atol + tol.rtol * rd.abs())
                       .logical_and(rd.isfinite())
                       .logical_or(od.eq(rd))
                       .logical_or(both_nan);
-      bad = good.logical_not();
-      diff = diff.masked_fill(both_nan, 0.0).nan_to_num(std::numeric_limits<double>::infinity());
+      c.bad = good.logical_not();
+      c.diff =
+          c.diff.masked_fill(both_nan, 0.0).nan_to_num(std::numeric_limits<double>::infinity());
     }
-    const int64_t count = bad.sum().item<int64_t>();
+    return c;
+  };
+  // Counting is the common case (every check of every job); the maxima only describe a mismatch.
+  for (int64_t b = 0; b < n; b += slice) {
+    auto c = compare_slice(b);
+    const int64_t count = c.bad.sum().item<int64_t>();
     if (count > 0 && mm.bad_count == 0)
-      mm.first_bad_index = b + bad.nonzero().select(1, 0)[0].item<int64_t>();
+      mm.first_bad_index = b + c.bad.nonzero().select(1, 0)[0].item<int64_t>();
     mm.bad_count += count;
-    mm.max_abs_err = std::max(mm.max_abs_err, diff.max().item<double>());
-    auto rabs = rs.to(at::kDouble).abs();
+  }
+  if (mm.bad_count == 0) return std::nullopt;
+  bool any_rel = false;
+  for (int64_t b = 0; b < n; b += slice) {
+    auto c = compare_slice(b);
+    mm.max_abs_err = std::max(mm.max_abs_err, c.diff.max().item<double>());
+    auto rabs = c.ref.to(at::kDouble).abs();
     auto sel = rabs.gt(tol.atol);
     if (sel.any().item<bool>()) {
-      double rel = (diff.masked_select(sel) / rabs.masked_select(sel)).max().item<double>();
+      double rel = (c.diff.masked_select(sel) / rabs.masked_select(sel)).max().item<double>();
       mm.max_rel_err = any_rel ? std::max(mm.max_rel_err, rel) : rel;
       any_rel = true;
     }
   }
-  if (mm.bad_count == 0) return std::nullopt;
   return mm;
 }
 
