@@ -56,6 +56,7 @@ struct gen_reply {
   std::vector<int32_t> prefix;
   int64_t version = 0;
   std::string model, api;
+  std::string answer_format; // an LLM's: how it was asked (llm/llm_config.hpp)
 
   size_t size() const { return packed.size() / 3; }
   const int32_t* tokens_begin() const { return packed.data(); }
@@ -91,7 +92,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_reply& x) {
   return f(caf::meta::type_name("gen_reply"), x.packed, x.complete, x.queue_ms, x.policy_ms,
            x.text_policy, x.text, x.submission, x.failure, x.prompt_tokens, x.completion_tokens,
-           x.asked, x.prefix, x.version, x.model, x.api);
+           x.asked, x.prefix, x.version, x.model, x.api, x.answer_format);
 }
 
 // An LLM endpoint's answer to one turn, from the HTTP client's thread back to the LLM policy

@@ -96,6 +96,7 @@ int cmd_eval(const common_args& common, const eval_args& args) {
   eo.llm.endpoints = args.llm_endpoints;
   eo.llm.model = args.llm_model;
   eo.llm.api = args.llm_api;
+  eo.llm.answer_format = *llm_answer_format_from(args.llm_answer_format); // CLI checked it
   eo.llm.max_tokens = args.llm_max_tokens;
   eo.llm.timeout_s = args.llm_timeout_s;
   eo.llm.max_in_flight = args.llm_in_flight;
@@ -120,6 +121,10 @@ int cmd_eval(const common_args& common, const eval_args& args) {
     if (via_episodes) {
       out.back()["samples"] = args.samples;
       out.back()["turns"] = args.turns;
+    }
+    if (p.llm) {
+      out.back()["answer_format"] = args.llm_answer_format;
+      for (auto& row : out.back()["tasks"]) row["answer_format"] = args.llm_answer_format;
     }
     print_summary(out.back());
   }

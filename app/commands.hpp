@@ -98,6 +98,7 @@ struct eval_args {
   std::vector<std::string> llm_endpoints; // base URLs
   std::string llm_model;
   std::string llm_api = "chat";
+  std::string llm_answer_format = "kiln";
   int llm_max_tokens = 8192;
   double llm_timeout_s = 300;
   int llm_in_flight = 256;

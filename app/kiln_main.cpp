@@ -114,6 +114,12 @@ int main(int argc, char** argv) {
                  "sglang (token ids and log-probs)")
       ->check(CLI::IsMember({"chat", "vllm", "sglang"}))
       ->capture_default_str();
+  ev->add_option("--llm-answer-format", eval.llm_answer_format,
+                 "--policy llm: kiln (the task as ops, a C++ / CUDA program for Kiln's ABI) or "
+                 "kernelbench (the problem's Model source, a ModelNew module in a ```python block; "
+                 "tasks imported from KernelBench)")
+      ->check(CLI::IsMember({"kiln", "kernelbench"}))
+      ->capture_default_str();
   ev->add_option("--llm-max-tokens", eval.llm_max_tokens, "--policy llm: tokens per answer")
       ->check(CLI::Range(16, 1 << 20))
       ->capture_default_str();

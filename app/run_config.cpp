@@ -60,6 +60,8 @@ expected<run_config> read_run_config(config_reader& r) {
       static_cast<int>(r.integer("rollout.sink_hwm", c.rollout_sink_hwm, 1, 1 << 24));
   auto& l = c.llm;
   l.api = r.choice("llm.api", l.api, {"chat", "vllm", "sglang"});
+  l.answer_format = *llm_answer_format_from(
+      r.choice("llm.answer_format", to_string(l.answer_format), {"kiln", "kernelbench"}));
   l.endpoints = r.strings("llm.endpoints", {});
   l.model = r.string("llm.model", "");
   c.llm_key_env = r.string("llm.api_key_env", c.llm_key_env);

@@ -145,16 +145,20 @@ expected<run_result> run_captured(const std::vector<std::string>& args, double t
 
 // First line of `compiler --version`, once per process and compiler: part of the cache key, so an
 // upgraded compiler never reuses stale objects.
-expected<std::string> compiler_identity(const std::string& compiler) {
+expected<std::string> compiler_identity(const std::string& compiler,
+                                        const std::vector<std::string>& identity_args) {
   static std::mutex mu;
-  static std::map<std::string, std::string> known;
+  static std::map<std::vector<std::string>, std::string> known;
+  std::vector<std::string> argv{compiler};
+  argv.insert(argv.end(), identity_args.begin(), identity_args.end());
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = known.find(compiler); it != known.end()) return it->second;
-  auto r = run_captured({compiler, "--version"}, 30);
+  if (auto it = known.find(argv); it != known.end()) return it->second;
+  auto r = run_captured(argv, 30);
   if (!r) return r.err();
-  if (r->exit_code != 0) return error{"compiler '" + compiler + "' --version failed: " + r->log};
+  if (r->exit_code != 0)
+    return error{"compiler '" + compiler + "' identity (" + argv.back() + ") failed: " + r->log};
   std::string line = r->log.substr(0, r->log.find('\n'));
-  known[compiler] = line;
+  known[argv] = line;
   return line;
 }
 
@@ -210,7 +214,7 @@ std::string limit_hint(const run_result& r, const cpu_compile_options& opts) {
 } // namespace
 
 expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_options& opts) {
-  auto ident = compiler_identity(opts.compiler);
+  auto ident = compiler_identity(opts.compiler, opts.identity_args);
   if (!ident) return ident.err();
   std::string keyed = source;
   const std::string& version = *ident;
@@ -218,6 +222,8 @@ expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_
     keyed += '\0';
     keyed += *part;
   }
+  for (const auto& w : opts.command) keyed += '\0' + w;
+  for (const auto& [name, text] : opts.job_files) keyed += '\0' + name + '\0' + text;
   cpu_artifact art;
   art.key = hash_hex(fnv1a64(keyed));
   std::error_code ec;
@@ -225,7 +231,7 @@ expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_
   if (ec)
     return error{"cpu compile: cannot create cache dir " + opts.cache_dir + ": " + ec.message()};
   std::string base = (fs::path(opts.cache_dir) / art.key).string();
-  art.so_path = base + ".so";
+  art.so_path = base + opts.artifact_extension;
   if (fs::exists(art.so_path)) {
     art.cache_hit = true;
     return art;
@@ -248,16 +254,24 @@ expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_
       std::error_code ec;
       fs::copy_file(fs::path(opts.include_dir) / h, fs::path(*job_dir) / h, ec);
     }
-  std::vector<std::string> args{opts.compiler};
-  for (auto& w : split_words(opts.flags)) args.push_back(w);
-  args.insert(args.end(), {"-I.", "-o", "kernel.so", "kernel" + ext});
+  for (const auto& [name, text] : opts.job_files)
+    if (auto st = write_atomically(*job_dir + "/" + name, text); !st) return st.err();
+  const std::string output = "kernel" + opts.artifact_extension;
+  std::vector<std::string> args = opts.command;
+  if (args.empty()) {
+    args.push_back(opts.compiler);
+    for (auto& w : split_words(opts.flags)) args.push_back(w);
+    args.insert(args.end(), {"-I.", "-o", output, "kernel" + ext});
+  }
   spawn_limits limits;
   limits.address_space_bytes = opts.memory_mib << 20;
   limits.file_size_bytes = opts.output_mib << 20;
   limits.cwd = *job_dir;
   for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "TMPDIR=", 7) != 0) limits.env.push_back(*e);
+    if (std::strncmp(*e, "TMPDIR=", 7) != 0 && std::strncmp(*e, "HOME=", 5) != 0)
+      limits.env.push_back(*e);
   limits.env.push_back("TMPDIR=" + *job_dir);
+  limits.env.push_back("HOME=" + *job_dir); // caches a builder keeps (torch's) stay in the job
   expected<landlock_ruleset> rules = error{"not asked for"};
   expected<std::vector<sock_filter>> filter = error{"not asked for"};
   if (opts.sandbox) {
@@ -275,8 +289,8 @@ expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_
   std::string tmp_so = art.so_path + temp_suffix();
   if (!r->timed_out && r->exit_code == 0) {
     std::error_code ec;
-    fs::rename(*job_dir + "/kernel.so", tmp_so, ec);
-    if (ec) fs::copy_file(*job_dir + "/kernel.so", tmp_so, ec);
+    fs::rename(*job_dir + "/" + output, tmp_so, ec);
+    if (ec) fs::copy_file(*job_dir + "/" + output, tmp_so, ec);
     if (ec)
       return error{"cpu compile: cannot move the object out of " + *job_dir + ": " + ec.message()};
   }

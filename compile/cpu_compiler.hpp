@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kiln {
 
@@ -26,6 +28,13 @@ struct cpu_compile_options {
   // Landlock (reads: the toolchain and the job's folder; writes: that folder) and seccomp (no
   // sockets) around the compiler: `#include "/etc/passwd"` and `.incbin` of a secret fail.
   bool sandbox = true;
+  // Another builder than `compiler flags -I. -o kernel.so kernel<ext>` (a ModelNew submission's
+  // Python): its argv, run in the job's folder; it must leave kernel<artifact_extension> there.
+  // `compiler` stays the program whose identity keys the cache.
+  std::vector<std::string> command;
+  std::vector<std::string> identity_args = {"--version"};     // compiler + these: the identity line
+  std::vector<std::pair<std::string, std::string>> job_files; // name -> text, also keyed
+  std::string artifact_extension = ".so";
 };
 
 struct cpu_artifact {

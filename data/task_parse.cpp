@@ -159,10 +159,49 @@ attr_value parse_attr(const json& j, const std::string& at) {
   fail(at, "expected a number, boolean, string or list, got " + type_name(j));
 }
 
+// The [kernelbench] table (tools/kernelbench_import.py writes it): checked for shape here; what
+// its values mean to Python is checked where Python runs them (the ModelNew build). A param
+// without a state_dict key is one an importer rewrite made (a mask, zeros): the Model never held
+// it, so ModelNew is not given it.
+std::string parse_kernelbench(const json& kb, const task& t) {
+  const std::string at = "kernelbench";
+  check_keys(kb, at,
+             {"source", "init_inputs", "forward", "bool_inputs", "state_dict", "model_keys"});
+  str(need(kb, "source", at), at + ".source");
+  if (!need(kb, "init_inputs", at).is_array()) fail(at + ".init_inputs", "expected an array");
+  auto is_input = [&](const std::string& n) {
+    for (const auto& d : t.inputs)
+      if (d.name == n) return true;
+    return false;
+  };
+  const auto& fwd = need(kb, "forward", at);
+  if (!fwd.is_array()) fail(at + ".forward", "expected an array of tables");
+  for (std::size_t i = 0; i < fwd.size(); ++i) {
+    std::string here = at + ".forward[" + std::to_string(i) + "]";
+    check_keys(fwd[i], here, {"input", "value"});
+    if (fwd[i].size() != 1) fail(here, "expected exactly one of input, value");
+    if (fwd[i].contains("input") && !is_input(str(fwd[i]["input"], here + ".input")))
+      fail(here + ".input", "'" + fwd[i]["input"].get<std::string>() + "' is not an input");
+  }
+  if (kb.contains("bool_inputs"))
+    for (const auto& n : strings(kb["bool_inputs"], at + ".bool_inputs"))
+      if (!is_input(n)) fail(at + ".bool_inputs", "'" + n + "' is not an input");
+  const auto& sd = need(kb, "state_dict", at);
+  if (!sd.is_object()) fail(at + ".state_dict", "expected a table");
+  for (auto it = sd.begin(); it != sd.end(); ++it) {
+    bool known = false;
+    for (const auto& d : t.params) known = known || d.name == it.key();
+    if (!known) fail(at + ".state_dict." + it.key(), "not a param of the task");
+    str(*it, at + ".state_dict." + it.key());
+  }
+  strings(need(kb, "model_keys", at), at + ".model_keys");
+  return kb.dump();
+}
+
 task parse(const json& j, const std::string& origin) {
-  check_keys(
-      j, "",
-      {"name", "level", "dtype", "outputs", "tolerance", "inputs", "params", "ops", "description"});
+  check_keys(j, "",
+             {"name", "level", "dtype", "outputs", "tolerance", "inputs", "params", "ops",
+              "description", "kernelbench"});
   task t;
   t.origin = origin;
   t.name = str(need(j, "name", ""), "name");
@@ -214,6 +253,7 @@ task parse(const json& j, const std::string& origin) {
       }
       t.ops.push_back(std::move(op));
     }
+    if (j.contains("kernelbench")) t.kernelbench_json = parse_kernelbench(j["kernelbench"], t);
   } catch (const parse_error& e) {
     throw parse_error{in_task(e.message)};
   }
@@ -240,6 +280,26 @@ json toml_to_json(const toml::node& n) {
 }
 
 void toml_value(std::ostringstream& out, const attr_value& v) { out << to_string(v); }
+
+// A JSON value as TOML: objects as inline tables `{ "k" = v }`, null refused by the parser
+// before it gets here.
+std::string toml_inline(const json& v) {
+  if (v.is_object()) {
+    std::string s = "{ ";
+    bool first = true;
+    for (const auto& [k, e] : v.items()) {
+      s += (first ? "" : ", ") + json(k).dump() + " = " + toml_inline(e);
+      first = false;
+    }
+    return s + " }";
+  }
+  if (v.is_array()) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + toml_inline(v[i]);
+    return s + "]";
+  }
+  return v.dump();
+}
 
 } // namespace
 
@@ -314,6 +374,7 @@ json task_to_json(const task& t) {
     }
     j["ops"].push_back(o);
   }
+  if (!t.kernelbench_json.empty()) j["kernelbench"] = json::parse(t.kernelbench_json);
   return j;
 }
 
@@ -358,6 +419,13 @@ std::string task_to_toml(const task& t) {
       }
       out << " }\n";
     }
+  }
+  // The whole table as one inline value: JSON objects and arrays are TOML inline tables and
+  // arrays once their keys are quoted, which json's dump does.
+  if (!t.kernelbench_json.empty()) {
+    out << "\n[kernelbench]\n";
+    const json table = json::parse(t.kernelbench_json);
+    for (const auto& [k, v] : table.items()) out << q(k) << " = " << toml_inline(v) << "\n";
   }
   return out.str();
 }

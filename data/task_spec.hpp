@@ -87,6 +87,11 @@ struct task {
   std::vector<tensor_decl> params;
   std::vector<op_node> ops;
   std::string origin; // "file.toml" or "file.jsonl:LINE", for error messages
+  // A KernelBench import's [kernelbench] table, as JSON text ("" when the task has none): the
+  // problem's source and how its Model is built, called and given the task's params, so a
+  // ModelNew submission (submission/kind_kernelbench.cpp) runs against the task. Not hashed: it
+  // says where the task came from, not what it computes.
+  std::string kernelbench_json;
 };
 
 // Where a value is defined: an input, a param or an op result.

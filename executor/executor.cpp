@@ -68,7 +68,17 @@ struct job_runner::impl {
     return params;
   }
 
-  expected<std::unique_ptr<kernel_host>> take_host() {
+  // A ModelNew submission needs a host started with Python: started for its job, since a
+  // spare is started before its job's kind is known.
+  expected<std::unique_ptr<kernel_host>> take_host(artifact_loader loader) {
+    if (needs_python(loader)) {
+      if (host_opts.python_library.empty())
+        return error{"this executor has no Python for ModelNew submissions (kiln was built "
+                     "without Python 3 development files; set KILN_PYTHON_LIBRARY)"};
+      auto o = host_opts;
+      o.python = true;
+      return kernel_host::start(o);
+    }
     if (spares.empty()) return kernel_host::start(host_opts);
     auto h = std::move(spares.front());
     spares.pop_front();
@@ -120,7 +130,7 @@ struct job_runner::impl {
       return failure(outcome_kind::runtime_error, "verify.checks must be at least 1");
     int64_t deadline = monotonic_ms() + static_cast<int64_t>(j.timeout_s * 1000);
 
-    auto host = take_host();
+    auto host = take_host(j.artifact.loader);
     if (!host) return failure(outcome_kind::runtime_error, host.message());
     auto result = run_in(**host, t, ps, j, deadline);
     if (int alive = (*host)->kill_all(); alive > 0 && result.kind == outcome_kind::correct)
@@ -390,6 +400,7 @@ int executor_main(const executor_args& args) {
   ho.address_space_mib = args.address_space_mib;
   ho.file_size_mib = args.file_size_mib;
   ho.cgroup_parent = args.cgroup;
+  ho.python_library = default_python_library();
   // One spare unless asked: three on the H100 gave no more verify jobs per second than one
   // had (docs/BENCHMARKS.md, session 20), and each cuda spare holds a context's memory.
   int spares = args.spare_hosts > 0 ? args.spare_hosts : 1;

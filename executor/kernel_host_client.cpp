@@ -62,6 +62,11 @@ std::string signal_text(int sig) {
 
 } // namespace
 
+std::string default_python_library() {
+  if (const char* env = std::getenv("KILN_PYTHON_LIBRARY"); env && *env) return env;
+  return KILN_PYTHON_LIBRARY;
+}
+
 std::string default_kernel_host_binary(const std::string& kiln_path, bool cuda) {
   if (const char* env = std::getenv(cuda ? "KILN_KERNEL_HOST_CUDA" : "KILN_KERNEL_HOST");
       env && *env)
@@ -103,6 +108,10 @@ expected<std::unique_ptr<kernel_host>> kernel_host::start(const kernel_host_opti
   if (opts.cuda_device >= 0) {
     args.push_back("--cuda-device");
     args.push_back(std::to_string(opts.cuda_device));
+  }
+  if (opts.python) {
+    args.push_back("--python");
+    args.push_back(opts.python_library);
   }
   if (drop) args.push_back("--drop-privileges");
   if (!opts.landlock) args.push_back("--no-landlock");

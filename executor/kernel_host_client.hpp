@@ -35,6 +35,9 @@ struct kernel_host_options {
   double start_timeout_s = 30;
   bool keep_stderr = false;  // the host's stderr to ours (debugging) instead of /dev/null
   std::string cgroup_parent; // each host gets a cgroup folder here ("" = none)
+  // libpython for hosts that run ModelNew submissions; `python` starts this host with it.
+  std::string python_library;
+  bool python = false;
 };
 
 enum class call_failure {
@@ -125,6 +128,8 @@ std::string describe(const kh_reply& ready);
 // Where kiln-kernel-host (cpu) or kiln-kernel-host-cuda lies: beside the kiln binary at
 // `kiln_path` (or $KILN_KERNEL_HOST / $KILN_KERNEL_HOST_CUDA). Two binaries, because loading the
 // CUDA libraries costs a cpu host ~80 ms and 150 MB per job.
+// KILN_PYTHON_LIBRARY, else the libpython kiln was built against ("" when none).
+std::string default_python_library();
 std::string default_kernel_host_binary(const std::string& kiln_path, bool cuda);
 
 } // namespace kiln

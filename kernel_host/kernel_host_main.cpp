@@ -2,13 +2,14 @@
 // nonce and no pool channel: only the job's buffers (shared memory or a device region), the
 // kernel, and a channel to its executor on which it answers "called, here is what the call
 // reported". Started by the executor (executor/kernel_host_client.hpp) and killed after the job.
-//   start: limits -> device / host threads -> (wait) layout: map the buffers -> uid drop ->
-//          landlock -> seccomp -> reply to the layout with the sandbox's facts
+//   start: limits -> device / host threads / Python and torch (--python) -> (wait) layout:
+//          map the buffers -> uid drop -> landlock -> seccomp -> reply with the sandbox's facts
 //   loop:  empty* -> load (seccomp: no more executable memory) -> call* -> EOF
 // The buffers are mapped before the sandbox (a device region is imported as root, before landlock);
 // a spare host started ahead of its job waits there with its device context already made.
 #include "kernel_host/kernel_host_protocol.hpp"
 #include "kernel_host/loaded_kernel.hpp"
+#include "kernel_host/python_host.hpp"
 #include "runtimes/cpu_runtime.hpp"
 #include "sandbox/containment.hpp"
 #ifdef KILN_HAVE_CUDA
@@ -48,6 +49,7 @@ struct host_args {
   bool seccomp = true;
   int64_t address_space_mib = 16384;
   int64_t file_size_mib = 64;
+  std::string python_library; // --python: a host for ModelNew submissions (python_host.hpp)
 };
 
 [[noreturn]] void die(const char* what) {
@@ -85,6 +87,8 @@ std::optional<host_args> parse(int argc, char** argv) {
       a.address_space_mib = std::atoll(v);
     } else if (k == "--file-size-mib") {
       a.file_size_mib = std::atoll(v);
+    } else if (k == "--python") {
+      a.python_library = v;
     } else {
       return std::nullopt;
     }
@@ -293,6 +297,11 @@ int main(int argc, char** argv) {
 #else
     die("this build has no cuda backend");
 #endif
+  } else if (!a.python_library.empty()) {
+    // Trusted code (the system's interpreter and torch) before the sandbox; the submission's
+    // code runs only at load, inside it.
+    if (auto st = start_python_host(a.python_library, std::max(1, a.threads)); !st)
+      die(st.message().c_str());
   } else {
     start_cpu_host_threads(std::max(1, a.threads));
   }

@@ -1,5 +1,6 @@
 #include "kernel_host/loaded_kernel.hpp"
 
+#include "kernel_host/python_host.hpp"
 #include "runtimes/cpu_runtime.hpp"
 #ifdef KILN_HAVE_CUDA
 #include "runtimes/cuda_program.hpp"
@@ -11,6 +12,7 @@ namespace kiln {
 
 struct loaded_kernel::impl {
   std::optional<cpu_program> cpu;
+  bool python = false; // the module lives in the interpreter (python_host.cpp)
 #ifdef KILN_HAVE_CUDA
   std::optional<cuda_executable> cuda;
 #endif
@@ -37,6 +39,11 @@ expected<loaded_kernel> loaded_kernel::load(artifact_loader loader, const std::s
     k.impl_->cpu.emplace(std::move(*p));
     return k;
   }
+  case artifact_loader::kernelbench_module: {
+    if (auto st = python_host_load(path, inputs, params, outputs); !st) return st.err();
+    k.impl_->python = true;
+    return k;
+  }
 #ifdef KILN_HAVE_CUDA
   case artifact_loader::cuda_cubin_plan:
   case artifact_loader::cuda_shared_object: {
@@ -57,6 +64,7 @@ status loaded_kernel::run(const std::vector<const void*>& inputs,
                           const std::vector<const void*>& params,
                           const std::vector<void*>& outputs) {
   if (impl_->cpu) return impl_->cpu->run(inputs, params, outputs);
+  if (impl_->python) return python_host_call();
 #ifdef KILN_HAVE_CUDA
   if (impl_->cuda) return impl_->cuda->run(inputs, params, outputs);
 #endif

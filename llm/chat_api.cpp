@@ -69,7 +69,7 @@ expected<chat_answer> parse_chat_answer(const std::string& body) {
   return a;
 }
 
-expected<std::string> last_code_block(const std::string& text) {
+expected<std::string> last_code_block(const std::string& text, const char* language) {
   // Fences open at the start of a line; the block runs to the next line that is a fence.
   std::string block;
   bool found = false;
@@ -83,6 +83,9 @@ expected<std::string> last_code_block(const std::string& text) {
     }
     size_t body = text.find('\n', open);
     if (body == std::string::npos) break;
+    std::string info = text.substr(open + 3, body - open - 3);
+    while (!info.empty() && (info.back() == '\r' || info.back() == ' ')) info.pop_back();
+    bool counts = !language || info == language;
     ++body;
     size_t close = body;
     for (;;) {
@@ -91,15 +94,15 @@ expected<std::string> last_code_block(const std::string& text) {
       close += 3;
     }
     if (close == std::string::npos) { // unterminated: the rest (an answer cut at max_tokens)
-      block = text.substr(body);
-      found = true;
+      if (counts) block = text.substr(body), found = true;
       break;
     }
-    block = text.substr(body, close - body);
-    found = true;
+    if (counts) block = text.substr(body, close - body), found = true;
     pos = close + 3;
   }
-  if (!found) return error{"the answer has no fenced code block (```cpp ... ```)"};
+  if (!found)
+    return error{language ? std::string("the answer has no ```") + language + " code block"
+                          : std::string("the answer has no fenced code block (```cpp ... ```)")};
   return block;
 }
 

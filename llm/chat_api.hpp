@@ -42,7 +42,7 @@ struct chat_answer {
 expected<chat_answer> parse_chat_answer(const std::string& body);
 
 // The last fenced code block of an answer (```lang ... ```), without its fences; an error when
-// the answer has none.
-expected<std::string> last_code_block(const std::string& text);
+// the answer has none. With `language` ("python"), only blocks whose fence names it count.
+expected<std::string> last_code_block(const std::string& text, const char* language = nullptr);
 
 } // namespace kiln

@@ -156,9 +156,13 @@ void deliver(llm_actor* self, conversation& c, std::string text, const std::stri
     c.answer_stopped = finish == "stop";
   }
   c.prefix.clear();
-  auto code = last_code_block(text);
+  bool kernelbench = st.cfg.answer_format == llm_answer_format::kernelbench;
+  rep.answer_format = to_string(st.cfg.answer_format);
+  auto code = last_code_block(text, kernelbench ? "python" : nullptr);
   if (code) {
-    rep.submission = as_submission(default_source_kind(st.cfg.backend), *code);
+    const auto& kind =
+        kernelbench ? info(submission_kind::kernelbench) : default_source_kind(st.cfg.backend);
+    rep.submission = as_submission(kind, *code);
   } else {
     st.no_block++;
     rep.failure =
@@ -274,7 +278,7 @@ caf::behavior llm_server(llm_actor* self, llm_policy_config cfg,
   st.chat.model = st.cfg.model;
   st.chat.max_tokens = st.cfg.max_tokens;
   st.chat.temperature = st.cfg.temperature;
-  st.system_prompt = llm_system_prompt(st.cfg.backend);
+  st.system_prompt = llm_system_prompt(st.cfg.backend, st.cfg.answer_format);
   st.system_json = message_json({"system", st.system_prompt});
   st.versions = std::move(versions);
   st.sub = st.versions ? st.versions->sub.get() : nullptr;
@@ -298,8 +302,8 @@ caf::behavior llm_server(llm_actor* self, llm_policy_config cfg,
         bool first = c.turns.empty();
         c.asked_from = c.turns.size();
         if (first)
-          add_turn(c, {"user", llm_task_prompt(r.task->spec, st.cfg.backend, r.task->eager_ms,
-                                               r.task->compile_ms)});
+          add_turn(c, {"user", llm_task_prompt(r.task->spec, st.cfg.backend, st.cfg.answer_format,
+                                               r.task->eager_ms, r.task->compile_ms)});
         else
           add_turn(c, {"user", r.observation.empty() ? "Answer with the whole program again."
                                                      : r.observation});

@@ -3,6 +3,7 @@
 #include "kiln/embedded_skill.hpp"
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace kiln {
@@ -44,9 +45,56 @@ std::string ms(double v) {
   return b;
 }
 
+// KernelBench's style: the problem's own Model and the request for ModelNew (the task's
+// [kernelbench] table holds the source). Written here, in the spirit of its prompts.
+std::string kernelbench_system_prompt(backend_kind backend) {
+  std::string how =
+      backend == backend_kind::cuda
+          ? "custom CUDA kernels (CUDA C++ compiled with "
+            "torch.utils.cpp_extension.load_inline)"
+          : "custom C++ operators (compiled with torch.utils.cpp_extension.load_inline)";
+  return "You write fast kernels for PyTorch models. You are given a PyTorch architecture named "
+         "Model. Write an architecture named ModelNew that computes the same outputs, replacing "
+         "PyTorch operators of your choice with " +
+         how +
+         ": fuse them, change algorithms, whatever makes it faster. ModelNew takes the same "
+         "constructor arguments as Model and holds its parameters under the same state_dict "
+         "names; its outputs must match Model's within the stated tolerance on fresh random "
+         "inputs. Answer with real code that compiles and runs, in one ```python block holding "
+         "the whole module (imports, kernel sources, load_inline calls, class ModelNew), and "
+         "no testing code.";
+}
+
+std::string kernelbench_task_prompt(const task& t, backend_kind backend,
+                                    std::optional<double> eager_ms,
+                                    std::optional<double> compile_ms) {
+  std::ostringstream o;
+  o << "Task `" << t.name << "` (level " << t.level << "), backend " << to_string(backend)
+    << ".\n\nYou are given the following architecture:\n\n```python\n";
+  if (!t.kernelbench_json.empty()) {
+    auto kb = nlohmann::json::parse(t.kernelbench_json);
+    o << kb.value("source", "");
+  }
+  o << "\n```\n\nTolerance: |ModelNew - Model| <= " << t.tol.atol << " + " << t.tol.rtol
+    << " * |Model| per element; reduced precision (TF32 / fp16 math) "
+    << (t.tol.reduced_precision ? "allowed" : "not allowed") << ".\n";
+  if (eager_ms || compile_ms) {
+    o << "Model on this device:";
+    if (eager_ms) o << " PyTorch eager " << ms(*eager_ms);
+    if (compile_ms) o << (eager_ms ? "," : "") << " torch.compile " << ms(*compile_ms);
+    o << ".\n";
+  }
+  o << "\nOptimize the architecture named Model with "
+    << (backend == backend_kind::cuda ? "custom CUDA operators" : "custom C++ operators")
+    << "; name your optimized architecture ModelNew and answer with the whole module in one "
+       "```python block.\n";
+  return o.str();
+}
+
 } // namespace
 
-std::string llm_system_prompt(backend_kind backend) {
+std::string llm_system_prompt(backend_kind backend, llm_answer_format format) {
+  if (format == llm_answer_format::kernelbench) return kernelbench_system_prompt(backend);
   std::string s = embedded_llm_skill_md;
   s += "\n## The ABI header\n\n```c\n";
   s += backend == backend_kind::cuda ? embedded_llm_cuda_abi_h : embedded_llm_kiln_abi_h;
@@ -54,8 +102,10 @@ std::string llm_system_prompt(backend_kind backend) {
   return s;
 }
 
-std::string llm_task_prompt(const task& t, backend_kind backend, std::optional<double> eager_ms,
-                            std::optional<double> compile_ms) {
+std::string llm_task_prompt(const task& t, backend_kind backend, llm_answer_format format,
+                            std::optional<double> eager_ms, std::optional<double> compile_ms) {
+  if (format == llm_answer_format::kernelbench)
+    return kernelbench_task_prompt(t, backend, eager_ms, compile_ms);
   std::ostringstream o;
   o << "Task `" << t.name << "` (level " << t.level << "), backend " << to_string(backend)
     << ", dtype " << to_string(t.type) << ".\n\n";

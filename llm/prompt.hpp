@@ -5,6 +5,7 @@
 #pragma once
 
 #include "data/task_spec.hpp"
+#include "llm/llm_config.hpp"
 #include "skills/expert.hpp"
 
 #include <optional>
@@ -12,8 +13,8 @@
 
 namespace kiln {
 
-std::string llm_system_prompt(backend_kind backend);
-std::string llm_task_prompt(const task& t, backend_kind backend, std::optional<double> eager_ms,
-                            std::optional<double> compile_ms);
+std::string llm_system_prompt(backend_kind backend, llm_answer_format format);
+std::string llm_task_prompt(const task& t, backend_kind backend, llm_answer_format format,
+                            std::optional<double> eager_ms, std::optional<double> compile_ms);
 
 } // namespace kiln

@@ -213,7 +213,7 @@ void on_program(episode_actor* self, gen_reply& rep) {
     t.versions.insert(t.versions.end(), rep.prefix.size(), -1);
     t.messages.insert(t.messages.end(), rep.asked.begin(), rep.asked.end());
     t.messages.push_back({"assistant", rep.text});
-    if (t.model.empty()) t.model = rep.model, t.api = rep.api;
+    if (t.model.empty()) t.model = rep.model, t.api = rep.api, t.answer_format = rep.answer_format;
     if (!st.versioned && n == 0) t.policy_version = rep.version, st.versioned = true;
   }
   turn_record rec;

@@ -236,7 +236,8 @@ trajectory decode_map(const msgpack::object& root, const trajectory_limits& lim)
   }
   if (find(m, "model")) t.model = get_str(m, "model");
   if (find(m, "api")) t.api = get_str(m, "api");
-  for (const auto* s : {&t.id, &t.task, &t.group, &t.model, &t.api})
+  if (find(m, "answer_format")) t.answer_format = get_str(m, "answer_format");
+  for (const auto* s : {&t.id, &t.task, &t.group, &t.model, &t.api, &t.answer_format})
     if (s->size() > lim.max_string)
       fail("a name of " + std::to_string(s->size()) + " bytes, limit " +
            std::to_string(lim.max_string));
@@ -251,7 +252,7 @@ std::string encode(const trajectory& t) {
   msgpack::sbuffer buf(64 + t.tokens.size() * 13 + t.turns.size() * 160 + text);
   packer p(buf);
   bool llm = !t.messages.empty() || !t.model.empty() || !t.api.empty();
-  p.pack_map(llm ? 16 : 13);
+  p.pack_map(llm ? 17 : 13);
   key(p, "v");
   p.pack(wire_version);
   key(p, "id");
@@ -326,6 +327,8 @@ std::string encode(const trajectory& t) {
     p.pack(t.model);
     key(p, "api");
     p.pack(t.api);
+    key(p, "answer_format");
+    p.pack(t.answer_format);
   }
   return std::string(buf.data(), buf.size());
 }

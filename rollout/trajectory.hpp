@@ -55,6 +55,7 @@ struct trajectory {
   // returned no token ids (chat).
   std::vector<message_record> messages;
   std::string model, api;
+  std::string answer_format; // "kiln" | "kernelbench": how the LLM was asked (llm/llm_config.hpp)
 };
 
 // What a decoder accepts; anything beyond is rejected before it is allocated.

@@ -11,7 +11,7 @@ pkgs=(
   libssl-dev openssl libcurl4-openssl-dev
   libseccomp-dev libblas-dev iproute2 iptables libnetfilter-queue-dev
   libtorch-dev
-  python3 python3-zmq python3-msgpack python3-numpy python3-torch
+  python3 python3-zmq python3-msgpack python3-numpy python3-torch python3-dev pybind11-dev
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -27,7 +27,8 @@ std::string unknown_marker(const std::string& text) {
 }
 
 expected<compile_request> prepare(const std::string& text, const task& spec, backend_kind backend) {
-  if (text.rfind("//!", 0) == 0) return error{unknown_marker(text)};
+  if (text.rfind("//!", 0) == 0 || text.rfind("#! kiln-source", 0) == 0)
+    return error{unknown_marker(text)};
   auto prog = parse_program(text);
   if (!prog) return prog.err();
   if (auto st = check_program(*prog, spec); !st) return st.err();

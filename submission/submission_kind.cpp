@@ -6,10 +6,11 @@ namespace kiln {
 extern const submission_kind_info program_kind;     // kind_program.cpp
 extern const submission_kind_info cpu_source_kind;  // kind_source.cpp
 extern const submission_kind_info cuda_source_kind; // kind_source.cpp
+extern const submission_kind_info kernelbench_kind; // kind_kernelbench.cpp
 
 const std::vector<const submission_kind_info*>& submission_kinds() {
-  static const std::vector<const submission_kind_info*> table = {&program_kind, &cpu_source_kind,
-                                                                 &cuda_source_kind};
+  static const std::vector<const submission_kind_info*> table = {
+      &program_kind, &cpu_source_kind, &cuda_source_kind, &kernelbench_kind};
   return table;
 }
 
@@ -45,7 +46,7 @@ std::string first_line_normalised(const std::string& text) {
 } // namespace
 
 const submission_kind_info& recognise(const std::string& text) {
-  if (text.rfind("//!", 0) != 0) return program_kind; // markers open the text
+  if (text.rfind("//!", 0) != 0 && text.rfind("#!", 0) != 0) return program_kind;
   std::string line = first_line_normalised(text);
   for (const auto* e : submission_kinds())
     if (e->marker && line == e->marker) return *e;

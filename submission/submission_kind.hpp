@@ -25,6 +25,7 @@ enum class submission_kind : uint8_t {
   program,     // the kernel language (skills/program.hpp), generated per backend
   cpu_source,  // C++ exporting kiln_run (skills/kiln_abi.h)
   cuda_source, // CUDA C++ exporting kiln_cuda_run (skills/kiln_cuda_abi.h)
+  kernelbench, // a KernelBench ModelNew module (Python; load_inline extensions)
 };
 
 // What a compile worker builds: the pool's prepare step made it, the kind's build step takes it.
@@ -32,7 +33,7 @@ struct compile_request {
   submission_kind kind = submission_kind::program;
   backend_kind backend = backend_kind::cpu;
   std::string source;
-  std::string plan_json; // program on cuda: the launch plan
+  std::string plan_json; // program on cuda: the launch plan; kernelbench: the task's spec.json
   bool fast_math = false;
 };
 
@@ -70,7 +71,8 @@ const submission_kind_info& info(submission_kind k);
 const char* to_string(submission_kind k);
 std::optional<submission_kind> submission_kind_from(const std::string& name);
 
-// The kind whose marker starts `text`; program where none does.
+// The kind whose marker starts `text` (markers open with "//!" or, for Python, "#!"); program
+// where none does.
 const submission_kind_info& recognise(const std::string& text);
 bool serves(const submission_kind_info& k, backend_kind b);
 artifact_loader loader_of(const submission_kind_info& k, backend_kind b); // none: not served

@@ -43,6 +43,16 @@ per-problem status (imported | rejected | degenerate | too_large | mappable), bl
 {kind, what, detail}, rewrites, sizes and check figures; a summary per level; and `missing`, the
 blockers ranked by how many problems each blocks (`alone`: problems it is the only blocker of).
 Exit status: 0 when every problem was imported or reported; 2 for bad arguments or unreadable input.
+
+Each task ends with a [kernelbench] table, what running a KernelBench ModelNew submission against
+it needs: `source` (the problem's code as it ran, batch_size scaled, so Model(*init_inputs) has the
+task's sizes), `init_inputs` (get_init_inputs() as plain values), `forward` (get_inputs() in order:
+{input = NAME} for a tensor, {value = V} for anything else), `bool_inputs` (inputs PyTorch gets as
+bool), `state_dict` (task param -> the Model's state_dict key it is loaded into) and `model_keys`
+(every key of Model's state_dict). A problem whose init inputs or forward arguments are not plain
+values, or with a param the Model's state_dict does not hold (a rewrite's constant: a tensor
+made in forward, triu(x)'s mask; a non-persistent buffer), is refused ("load"): a ModelNew could
+not be run against it.
 """
 import argparse
 import ast
@@ -213,24 +223,26 @@ def assign_names(probs):
 # ---------------------------------------------------------------- running a problem's code
 
 def exec_problem(code, filename, scale):
-    """The problem's module namespace, with `batch_size = EXPR` scaled. Returns (ns, scaling)."""
+    """The problem's module namespace, with `batch_size = EXPR` scaled. Returns (ns, scaling,
+    source): source is the code as it ran, each scaled `batch_size = EXPR` written as its value
+    (the [kernelbench] table keeps it, so that Model(*get_init_inputs()) has the task's sizes)."""
     try:
         tree = ast.parse(code, filename)
     except SyntaxError as e:
         raise Blocked("load", "syntax error", f"line {e.lineno}: {e.msg}")
     scaling = {"batch_size": None}
+    hits, values = [], []  # (body index, value node) of each scaled assignment; what each got
     if scale != 1.0:
-        hits = 0
-        for node in tree.body:
+        for i, node in enumerate(tree.body):
             target = None
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 target = node.targets[0]
             elif isinstance(node, ast.AnnAssign) and node.value is not None:
                 target = node.target
             if isinstance(target, ast.Name) and target.id == "batch_size":
+                hits.append((i, node.value))
                 node.value = ast.Call(func=ast.Name("__kiln_scale_batch__", ast.Load()),
                                       args=[node.value], keywords=[])
-                hits += 1
         ast.fix_missing_locations(tree)
         if not hits:
             scaling["note"] = "no module-level batch_size: sizes not scaled"
@@ -240,6 +252,7 @@ def exec_problem(code, filename, scale):
             raise Blocked("input", "batch_size is not an integer", f"batch_size = {v!r}")
         new = max(1, int(round(v * scale)))
         scaling["batch_size"] = {"from": v, "to": new}
+        values.append(new)
         return new
 
     ns = {"__name__": "__kernelbench_problem__", "__file__": filename,
@@ -256,7 +269,31 @@ def exec_problem(code, filename, scale):
                           "get_inputs() and get_init_inputs()")
     if not (isinstance(ns["Model"], type) and issubclass(ns["Model"], nn.Module)):
         raise Blocked("format", "Model is not an nn.Module subclass")
-    return ns, scaling
+    return ns, scaling, (_as_run(code, hits, values) if hits else code)
+
+
+def _as_run(code, hits, values):
+    """code with each scaled assignment's value written as the int it got. Top-level statements
+    run once each, in order, so values[k] is hits[k]'s. The text is checked by parsing it: the
+    same module with those values as constants."""
+    if len(values) != len(hits):
+        raise AssertionError("internal: batch_size scaled a different number of times")
+    starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", code)]  # the tokenizer's lines
+
+    def offset(line, col):  # ast columns count UTF-8 bytes
+        text = code[starts[line - 1]:starts[line] if line < len(starts) else len(code)]
+        return starts[line - 1] + len(text.encode("utf-8")[:col].decode("utf-8"))
+
+    out = code
+    for (_, v), new in sorted(zip(hits, values), key=lambda h: -h[0][0]):
+        a, b = offset(v.lineno, v.col_offset), offset(v.end_lineno, v.end_col_offset)
+        out = out[:a] + str(new) + out[b:]
+    want = ast.parse(code)
+    for (i, _), new in zip(hits, values):
+        want.body[i].value = ast.Constant(new)
+    if ast.dump(ast.parse(out)) != ast.dump(want):
+        raise AssertionError("internal: the scaled source does not parse as the code that ran")
+    return out
 
 
 def _short(e):
@@ -2711,8 +2748,25 @@ def toml_value(v):
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+        if not v:
+            return "{}"
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
     raise TypeError(f"no TOML for {type(v).__name__}")
+
+
+def toml_key(k):
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k, ensure_ascii=True)
+
+
+def toml_source(s):
+    """A long text (a problem's source) as a multi-line literal string, read back as is; a basic
+    string where it cannot be one (it holds ''' or a control character, CR included, or ends in
+    a quote)."""
+    if "'''" in s or s.endswith("'") or re.search(r"[\x00-\x08\x0b-\x1f\x7f]", s):
+        # UTF-8 as is: JSON's ASCII escapes write a character past U+FFFF as a surrogate pair,
+        # which TOML refuses
+        return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
+    return "'''\n" + s + "'''"
 
 
 def to_toml(spec):
@@ -2726,6 +2780,10 @@ def to_toml(spec):
         for e in spec[section]:
             lines += ["", f"[[{section}]]"]
             lines += [f"{k} = {toml_value(v)}" for k, v in e.items()]
+    if "kernelbench" in spec:  # a table: after the arrays of tables, or it would be one's
+        lines += ["", "[kernelbench]"]
+        lines += [f"{k} = {toml_source(v) if k == 'source' else toml_value(v)}"
+                  for k, v in spec["kernelbench"].items()]
     text = "\n".join(lines) + "\n"
     if tomllib.loads(text) != {k: v for k, v in spec.items() if v != []}:
         raise AssertionError("internal: TOML round trip differs")
@@ -2804,7 +2862,7 @@ def map_problem(prob, conf):
     if level is not None and not 1 <= level <= 3:
         raise Blocked("level", f"level {level}", "Kiln's levels are 1, 2 and 3")
     torch.manual_seed(0)
-    ns, scaling = exec_problem(prob["code"], prob["source"], conf["scale_batch"])
+    ns, scaling, source = exec_problem(prob["code"], prob["source"], conf["scale_batch"])
     res["scaling"] = scaling
     if "note" in scaling:
         res["notes"].append(scaling["note"])
@@ -2890,10 +2948,14 @@ def map_problem(prob, conf):
     desc += f"; imported by tools/kernelbench_import.py (source sha1 {_sha1(prob['code'])[:12]})"
     if m.rewrites:
         desc += "; rewrites: " + "; ".join(m.rewrites)
+    kb, kb_blockers = kernelbench_table(source, init_items, items, tensor_names, bool_inputs,
+                                        params, m.param_paths, model)
+    if kb_blockers:
+        raise BlockedMany(kb_blockers, res)
     spec = {"name": res["name"], "level": level, "dtype": "float32", "description": desc,
             "outputs": outs, "inputs": [{k: v for k, v in d.items() if k in INPUT_KEYS}
                                         for d in inputs],
-            "params": params, "ops": ops}
+            "params": params, "ops": ops, "kernelbench": kb}
     shapes_by_value = {}
     for v in m.val.values():
         if isinstance(v, T) and v.shape is not None:
@@ -2909,6 +2971,61 @@ def map_problem(prob, conf):
              "tensor_names": tensor_names, "param_paths": m.param_paths,
              "const_params": m.const_params, "index": m.index_values}
     return state, res
+
+
+def _plain(v, what):
+    """v as a TOML / JSON value (bool, int, float, str, lists of them; a tuple as a list), or
+    Blocked naming it."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and -2 ** 63 <= v < 2 ** 63:
+        return int(v)
+    if isinstance(v, float) and math.isfinite(v):  # nan / inf: no JSON, and nan != nan
+        return float(v)
+    if isinstance(v, str):
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return [_plain(x, f"{what}[{i}]") for i, x in enumerate(v)]
+    shown = "a tensor" if isinstance(v, torch.Tensor) else f"{type(v).__name__} {v!r}"[:120]
+    raise Blocked("load", "a value the [kernelbench] table cannot hold", f"{what}: {shown}")
+
+
+def kernelbench_table(source, init_items, items, tensor_names, bool_inputs, params, param_paths,
+                      model):
+    """The [kernelbench] table: what running a KernelBench ModelNew against the task needs (the
+    source as run, Model's init arguments, forward's arguments by task input, and the Model's
+    state_dict key each task param is loaded into). Returns (table, blockers): a param a rewrite
+    made (a tensor made in forward, triu(x)'s mask) has no key and is left out (a ModelNew makes
+    its own); one the Model holds outside its state_dict (a non-persistent buffer) refuses the
+    problem, since a ModelNew could not be given it."""
+    blockers = []
+
+    def plain(v, what):
+        try:
+            return _plain(v, what)
+        except Blocked as b:
+            blockers.append(b)
+
+    init_inputs = [plain(v, f"get_init_inputs() item {i}") for i, v in enumerate(init_items)]
+    names = iter(tensor_names)  # the task inputs, in get_inputs()'s order of its tensors
+    forward = [{"input": next(names)} if isinstance(x, torch.Tensor)
+               else {"value": plain(x, f"get_inputs() item {i}")} for i, x in enumerate(items)]
+    keys = list(model.state_dict().keys())
+    state_dict = {}
+    for p in params:
+        path = param_paths.get(p["name"])
+        if path is None:  # a ones / zeros / triangle mask a rewrite made: ModelNew makes its own
+            continue
+        if path not in keys:
+            blockers.append(Blocked("load", "a param that is not in the Model's state_dict",
+                                    f"param '{p['name']}' is Model.{path} (a non-persistent "
+                                    "buffer or a plain tensor attribute)"))
+        else:
+            state_dict[p["name"]] = path
+    table = {"source": source, "init_inputs": init_inputs, "forward": forward,
+             "bool_inputs": [n for n in tensor_names if n in bool_inputs],
+             "state_dict": state_dict, "model_keys": keys}
+    return table, blockers
 
 
 class BlockedMany(Exception):
@@ -2940,7 +3057,7 @@ def check_problem(state, res, conf, tmp):
     """Kiln's reference vs the original Model and the traced GraphModule, same tensors."""
     spec = state["spec"]
     path = os.path.join(tmp, spec["name"] + ".toml")
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         f.write(to_toml(spec))
     rows_path = os.path.join(tmp, "rows.jsonl")
     t0 = time.perf_counter()
@@ -3344,7 +3461,7 @@ def main(argv):
             d = os.path.join(args.out, f"level{r['level']}")
             os.makedirs(d, exist_ok=True)
             path = os.path.join(d, r["name"] + ".toml")
-            with open(path, "w") as f:
+            with open(path, "w", encoding="utf-8") as f:  # the source may be any Unicode
                 f.write(toml_text)
             r["out"] = path
             written.append(path)

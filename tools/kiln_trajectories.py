@@ -106,6 +106,7 @@ def trainer_sample(t):
         "messages": t.get("messages", []),
         "model": t.get("model", ""),
         "api": t.get("api", ""),
+        "answer_format": t.get("answer_format", ""),
     }
 
 

@@ -228,3 +228,48 @@ TEST_CASE("shuffle_tasks: one order per seed whatever the input order, and 0 lea
   std::sort(expect.begin(), expect.end());
   CHECK(sorted == expect); // a permutation: nothing lost or repeated
 }
+
+TEST_CASE("a [kernelbench] table is checked, kept, and written back by both writers") {
+  std::string kb = std::string(kGemm) + R"(
+[kernelbench]
+source = '''
+class Model(nn.Module):
+    pass
+'''
+init_inputs = [1024, 512, 2.0, true]
+forward = [{ input = "x" }, { value = 0.5 }]
+bool_inputs = []
+state_dict = { w = "gemm.weight", b = "gemm.bias" }
+model_keys = ["gemm.weight", "gemm.bias"]
+)";
+  auto t = task_from_toml(kb, "kb.toml");
+  REQUIRE_MESSAGE(t, t.message());
+  auto table = nlohmann::json::parse(t->kernelbench_json);
+  CHECK(table["init_inputs"] == nlohmann::json::parse("[1024, 512, 2.0, true]"));
+  CHECK(table["state_dict"]["w"] == "gemm.weight");
+  CHECK(table["source"].get<std::string>().find("class Model") == 0);
+  // Not hashed: where a task came from is not what it computes.
+  auto plain = task_from_toml(kGemm, "plain.toml");
+  REQUIRE(plain);
+  CHECK(content_hash(*t) == content_hash(*plain));
+  auto again = task_from_toml(task_to_toml(*t), "again.toml");
+  REQUIRE_MESSAGE(again, again.message());
+  CHECK(again->kernelbench_json == t->kernelbench_json);
+  auto from_json = task_from_json(task_to_json(*t), "t.json");
+  REQUIRE(from_json);
+  CHECK(from_json->kernelbench_json == t->kernelbench_json);
+
+  auto err = [&](const std::string& from, const std::string& to) {
+    auto bad = task_from_toml(replace(kb, from, to), "kb.toml");
+    REQUIRE_FALSE(bad);
+    return bad.message();
+  };
+  CHECK(err(R"({ input = "x" })", R"({ input = "nope" })")
+            .find("kernelbench.forward[0].input: 'nope' is not an input") != std::string::npos);
+  CHECK(err(R"(w = "gemm.weight")", R"(q = "gemm.weight")")
+            .find("kernelbench.state_dict.q: not a param of the task") != std::string::npos);
+  CHECK(err("model_keys", "model_names").find("kernelbench.model_names: unknown key") !=
+        std::string::npos);
+  CHECK(err(R"({ value = 0.5 })", R"({ value = 0.5, input = "x" })")
+            .find("expected exactly one of input, value") != std::string::npos);
+}

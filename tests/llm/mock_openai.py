@@ -14,6 +14,9 @@ so one `kiln eval` over several tasks exercises every behaviour at once:
   llm_drop       the first attempt of each turn: the connection is closed unanswered; then correct
   llm_stall      the first attempt of each turn sleeps 6 s (past the client's timeout); then correct
   llm_down       HTTP 503 always
+A prompt in KernelBench's format (--llm-answer-format kernelbench: it asks for ModelNew) gets the
+problem's Model renamed ModelNew in a ```python block followed by a ```cpp block; on turn 1 of a
+task named *_fix, a ModelNew whose forward returns its input (a wrong answer to correct).
 Anything else: a correct kernel. Usage: mock_openai.py [--port N] (0: any; the port is printed
 on stdout as "port N"). GET answers the attempts seen per task (and per path) as JSON.
 
@@ -226,10 +229,25 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(6)
         if task == "llm_noblock":
             return self.send(200, answer("I would use a simple loop over the elements."))
+        if "ModelNew" in prompt:  # --llm-answer-format kernelbench
+            return self.send(200, answer(model_new(prompt, turn)))
         # Fixed only once the compiler's complaint came back in the last user message.
         if task == "llm_fix" and (turn == 1 or "compile_error" not in msgs[-1].get("content", "")):
             return self.send(200, answer(kernel(prompt, broken=True)))
         return self.send(200, answer(kernel(prompt, hostile=task == "llm_hostile")))
+
+
+# KernelBench's answer shape: prose, the ModelNew module in a ```python block, then a ```cpp
+# block (the last block of all, but not Python: it must not be taken). The module is the
+# problem's own Model renamed; on turn 1 of a task named *_fix, its forward returns the input.
+def model_new(prompt, turn):
+    m = re.search(r"```python\n(.*?)\n```", prompt, re.S)
+    source = m.group(1) if m else ""
+    module = source.replace("class Model(", "class ModelNew(")
+    if "_fix" in prompt.split("`")[1] and turn == 1:
+        module = module.replace("return torch.relu(self.fc(x))", "return x")
+    return ("Here is the optimized architecture.\n\n```python\n" + module +
+            "\n```\n\nThe kernel alone, for reading:\n\n```cpp\n// nothing to compile\n```\n")
 
 
 def main():

@@ -99,6 +99,15 @@ TEST_CASE("the last fenced code block is the submission") {
   REQUIRE(two);
   CHECK(*two == "second\n");
   CHECK(!last_code_block("no code here, only ``` inline ticks"));
+  // KernelBench's answers: the last ```python block, whatever other blocks follow it.
+  auto py = last_code_block("```python\nold\n```\n```python\nclass ModelNew: pass\n```\n"
+                            "```cpp\n// the kernel again, for reading\n```\n",
+                            "python");
+  REQUIRE(py);
+  CHECK(*py == "class ModelNew: pass\n");
+  auto none = last_code_block("```cpp\nint a;\n```\n", "python");
+  REQUIRE(!none);
+  CHECK(none.message() == "the answer has no ```python code block");
   auto cut = last_code_block("```cpp\nint a = 1;\nint b"); // cut at max_tokens
   REQUIRE(cut);
   CHECK(*cut == "int a = 1;\nint b");

@@ -90,3 +90,36 @@ TEST_CASE("the table is consistent: names, markers and file names are unique, lo
   CHECK(submission_kinds().front()->kind == submission_kind::program);
   CHECK_FALSE(submission_kind_from("triton"));
 }
+
+TEST_CASE("a ModelNew module is the kernelbench kind, only for tasks with a [kernelbench] table") {
+  const auto& kb = info(submission_kind::kernelbench);
+  std::string module = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n";
+  std::string text = as_submission(kb, module);
+  CHECK(text == "#! kiln-source kernelbench\n" + module);
+  CHECK(recognise(text).kind == submission_kind::kernelbench);
+  CHECK(recognise(module).kind == submission_kind::program); // no marker, no guessing
+  auto unknown = prepare_submission("#! kiln-source triton\n", relu_task(), backend_kind::cpu);
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.message().find("'#! kiln-source kernelbench'") != std::string::npos);
+
+  task t = relu_task();
+  auto none = prepare_submission(text, t, backend_kind::cpu);
+  REQUIRE_FALSE(none);
+  CHECK(none.message().find("needs a task imported from KernelBench") != std::string::npos);
+  tensor_decl x;
+  x.name = "x";
+  x.shape = {4, 8};
+  t.inputs.push_back(x);
+  t.ops.push_back({"y", "relu", {"x"}, {}, {4, 8}});
+  t.outputs = {"y"};
+  t.kernelbench_json = R"({"source":"class Model: pass","init_inputs":[],)"
+                       R"("forward":[{"input":"x"}],"state_dict":{},"model_keys":[]})";
+  auto r = prepare_submission(text, t, backend_kind::cpu);
+  REQUIRE_MESSAGE(r, r.message());
+  CHECK(r->kind == submission_kind::kernelbench);
+  CHECK(r->source == module); // the marker is not Python's: line numbers stay the file's
+  CHECK(r->plan_json.find(R"("outputs":[{"dtype":"float32","name":"y","shape":[4,8]}])") !=
+        std::string::npos);
+  CHECK(loader_of(kb, backend_kind::cpu) == artifact_loader::kernelbench_module);
+  CHECK(needs_python(artifact_loader::kernelbench_module));
+}

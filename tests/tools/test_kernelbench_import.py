@@ -273,6 +273,11 @@ class MainRun(unittest.TestCase):
         self.assertEqual(masks, [("ones", "triu", [16, 16]), ("ones", "tril", [16, 16])])
         self.assertEqual(ops_of(spec).count("mul"), 2)
         self.assertEqual([d.get("structure") for d in spec["inputs"]], ["triu", "tril"])
+        # the masks are the rewrite's params, not the Model's: no state_dict key loads them
+        self.assertEqual(set(params_of(spec)), {"triu_mask", "tril_mask"})
+        self.assertEqual(spec["kernelbench"]["state_dict"], {})
+        self.assertEqual(self.p["triangular_outputs"]["rewrites"],
+                         ["triu(x) -> x * triu(ones)", "tril(x) -> x * tril(ones)"])
 
     def test_causal_mask_buffer_and_masked_fill(self):
         # Checked against PyTorch's softmax over -inf fills and relu over a finite fill.
@@ -417,10 +422,45 @@ class MainRun(unittest.TestCase):
         self.assertEqual(ops_of(spec), ["mul", "matmul", "flip", "cat", "cumsum"])
         self.assertEqual([d["init"] for d in spec["inputs"]], ["normal", "randint:0:2"])
         self.assertEqual({d["init"] for d in spec["params"]}, {"normal", "zeros"})
+        # zeros_like(...) became a zeros param the Model does not hold: left out of state_dict
+        sd = spec["kernelbench"]["state_dict"]
+        self.assertIn("const_zeros", params_of(spec))
+        self.assertNotIn("const_zeros", sd)
+        self.assertEqual(set(sd), set(params_of(spec)) - {"const_zeros"})
         p = self.p["functions_einsum_flip_mask"]
         self.assertIn("einsum bij,jk->bik -> matmul", p["rewrites"])
         self.assertIn("bool mask input -> float 0 / 1 input", p["rewrites"])
+        self.assertIn("constant zeros tensor made in forward -> param zeros", p["rewrites"])
         self.assertEqual(p["check"], "ok")
+
+    def test_kernelbench_table_with_a_non_tensor_argument(self):
+        spec = self.spec("inputs_and_constants")
+        kb = spec["kernelbench"]
+        self.assertEqual(list(kb), ["source", "init_inputs", "forward", "bool_inputs",
+                                    "state_dict", "model_keys"])
+        # the source as run: batch_size scaled (64 -> 16), the rest as written
+        code = _read(os.path.join(DATA, "level1", "inputs_and_constants.py"))
+        self.assertEqual(kb["source"], code.replace("batch_size = 64", "batch_size = 16"))
+        self.assertEqual(kb["forward"], [{"input": "a"}, {"input": "b"}, {"input": "c"},
+                                         {"value": 1}])  # forward(a, b, c, dim)
+        self.assertEqual((kb["init_inputs"], kb["bool_inputs"], kb["state_dict"],
+                          kb["model_keys"]), ([], [], {}, []))
+        # a problem that scaling breaks is mapped at its own sizes: its source as written
+        self.assertEqual(self.spec("hinge_batch_is_a_feature")["kernelbench"]["source"],
+                         _read(os.path.join(DATA, "level1", "hinge_batch_is_a_feature.py")))
+        # every written task has one, its params each loaded into a real key of the Model, but
+        # for those a rewrite made (no key: a ModelNew makes its own)
+        made = {"triangular_outputs": {"triu_mask", "tril_mask"},
+                "functions_einsum_flip_mask": {"const_zeros"}}
+        for p in self.report["problems"]:
+            if p["status"] == "imported":
+                stem = os.path.splitext(os.path.basename(p["source"]))[0]
+                spec = self.spec(stem)
+                kb = spec["kernelbench"]
+                self.assertIn("class Model", kb["source"], p["name"])
+                kept = {d["name"] for d in spec.get("params", [])} - made.get(stem, set())
+                self.assertEqual(set(kb["state_dict"]), kept, p["name"])
+                self.assertLessEqual(set(kb["state_dict"].values()), set(kb["model_keys"]))
 
     def test_a_mask_used_as_bool_fails_the_check(self):
         keys, bl = self.blockers("reject_bool_mask_or")
@@ -474,6 +514,36 @@ class MainRun(unittest.TestCase):
         self.assertNotIn(("trace", "torch.fx cannot trace Model.forward"), rank)  # not ranked
         counts = [e["problems"] for e in self.report["missing"]]
         self.assertEqual(counts, sorted(counts, reverse=True))
+
+
+# nn.Linear + ReLU in a Sequential (dotted state_dict keys), sizes from get_init_inputs(), a float
+# forward argument between the tensors and a bool mask
+LINEAR_RELU_MASK = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(in_features, out_features), nn.ReLU())
+
+    def forward(self, x, scale, mask):
+        return self.net(x) * scale * mask
+
+
+batch_size = 32
+in_features = 12
+out_features = 6
+
+
+def get_inputs():
+    x = torch.randn(batch_size, in_features)
+    return [x, 0.5, torch.randint(0, 2, (batch_size, out_features)).bool()]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+"""
 
 
 @unittest.skipIf(ki is None, f"needs torch: {TORCH_ERROR}")
@@ -550,6 +620,42 @@ class SmallRuns(unittest.TestCase):
         self.assertEqual([p["status"] for p in r["problems"]], ["mappable", "mappable"])
         self.assertEqual(r["problems"][0]["name"], "kb_l1_jsonl_sigmoid")
         self.assertEqual(r["problems"][1]["level"], 1)
+
+    @need_kiln
+    def test_kernelbench_table_of_a_module_with_params(self):
+        problem = os.path.join(self.tmp, "level2", "linear_relu_mask.py")
+        os.makedirs(os.path.dirname(problem))
+        with open(problem, "w") as f:
+            f.write(LINEAR_RELU_MASK)
+        out = os.path.join(self.tmp, "out")
+        r = self.report(problem, "--out", out, "--kiln", KILN, "--scale-batch", "0.25")
+        p = r["problems"][0]
+        self.assertEqual((p["status"], p["check"]), ("imported", "ok"), p["blockers"])
+        with open(p["out"], "rb") as f:
+            spec = tomllib.load(f)
+        with open(p["out"]) as f:
+            self.assertTrue(f.read().rstrip().split("\n")[-1].startswith("model_keys = "))
+        kb = spec["kernelbench"]
+        self.assertIn("class Model", kb["source"])
+        self.assertIn("batch_size = 8\n", kb["source"])  # 32 scaled by 0.25
+        self.assertEqual(kb["init_inputs"], [12, 6])
+        self.assertEqual([d["name"] for d in spec["inputs"]], ["x", "mask"])
+        self.assertEqual(kb["forward"], [{"input": "x"}, {"value": 0.5}, {"input": "mask"}])
+        self.assertEqual(kb["bool_inputs"], ["mask"])
+        self.assertEqual(kb["state_dict"], {"net_0_weight": "net.0.weight",
+                                            "net_0_bias": "net.0.bias"})
+        self.assertEqual(set(kb["state_dict"]), set(params_of(spec)))
+        # the source builds the Model the task describes: its keys, the task's shapes
+        ns = {"__name__": "kernelbench_problem"}
+        exec(compile(kb["source"], "problem.py", "exec"), ns)
+        model = ns["Model"](*kb["init_inputs"])
+        sd = model.state_dict()
+        self.assertEqual(kb["model_keys"], list(sd))
+        for name, key in kb["state_dict"].items():
+            self.assertEqual(list(sd[key].shape), params_of(spec)[name]["shape"], name)
+        self.assertEqual(spec["inputs"][0]["shape"], [8, 12])
+        self.assertEqual([list(t.shape) for t in ns["get_inputs"]() if isinstance(t, torch.Tensor)],
+                         [d["shape"] for d in spec["inputs"]])
 
     def test_dry_run_writes_nothing(self):
         out = os.path.join(self.tmp, "out")
@@ -636,16 +742,50 @@ class InProcess(unittest.TestCase):
 
     def test_scale_batch_follows_derived_sizes(self):
         code = _read(os.path.join(DATA, "level1", "inputs_and_constants.py"))
-        ns, scaling = ki.exec_problem(code, "p.py", 0.1)
+        ns, scaling, source = ki.exec_problem(code, "p.py", 0.1)
         self.assertEqual((ns["batch_size"], ns["input_shape"]), (6, (6, 8)))
         self.assertEqual(scaling["batch_size"], {"from": 64, "to": 6})
-        ns, scaling = ki.exec_problem(code, "p.py", 0.001)
+        self.assertEqual(source, code.replace("batch_size = 64", "batch_size = 6"))
+        ns, scaling, _ = ki.exec_problem(code, "p.py", 0.001)
         self.assertEqual(ns["batch_size"], 1)  # never below 1
         code = _read(os.path.join(DATA, "level1", "mostly_zero.py"))
-        _, scaling = ki.exec_problem(code, "p.py", 0.5)
+        _, scaling, source = ki.exec_problem(code, "p.py", 0.5)
         self.assertEqual(scaling["note"], "no module-level batch_size: sizes not scaled")
-        ns, scaling = ki.exec_problem(code, "p.py", 1.0)
+        self.assertEqual(source, code)
+        ns, scaling, _ = ki.exec_problem(code, "p.py", 1.0)
         self.assertEqual(scaling, {"batch_size": None})
+        # an expression, an annotation, non-ASCII before it on its line, CRLF line ends
+        code = ("import torch\r\nn = 40\r\ns = 'é'; batch_size: int = n * 2  # é\r\n"
+                "class Model(torch.nn.Module):\r\n    pass\r\n"
+                "def get_inputs():\r\n    return [torch.rand(batch_size)]\r\n"
+                "def get_init_inputs():\r\n    return []\r\n")
+        ns, _, source = ki.exec_problem(code, "p.py", 0.25)
+        self.assertEqual(ns["batch_size"], 20)
+        self.assertEqual(source, code.replace("n * 2  #", "20  #"))
+
+    def test_kernelbench_table_refusals(self):
+        def blockers(code):
+            prob = {"source": "level1/p.py", "code": code, "stem": "p", "level": 1,
+                    "level_from": "path", "name": "kb_l1_p"}
+            with self.assertRaises(ki.BlockedMany) as cm:
+                ki.map_problem(prob, dict(self.CONF, no_check=True))
+            return [(b.kind, b.what, b.detail) for b in cm.exception.blockers]
+        head = "import torch\nimport torch.nn as nn\n\n"
+        tail = "\ndef get_inputs():\n    return [torch.randn(4, 8)]\n"
+        self.assertEqual(blockers(
+            head + "class Model(nn.Module):\n    def __init__(self, w, dt):\n"
+            "        super().__init__()\n"
+            "    def forward(self, x):\n        return torch.relu(x)\n" + tail +
+            "def get_init_inputs():\n    return [8, (torch.float32,)]\n"),
+            [("load", "a value the [kernelbench] table cannot hold",
+              "get_init_inputs() item 1[0]: dtype torch.float32")])
+        self.assertEqual(blockers(
+            head + "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        self.register_buffer('s', torch.ones(8), persistent=False)\n"
+            "    def forward(self, x):\n        return x * self.s\n" + tail +
+            "def get_init_inputs():\n    return []\n"),
+            [("load", "a param that is not in the Model's state_dict",
+              "param 's' is Model.s (a non-persistent buffer or a plain tensor attribute)")])
 
     def test_rank_missing(self):
         def r(level, *blockers):
@@ -671,6 +811,19 @@ class InProcess(unittest.TestCase):
         self.assertEqual(back["ops"][0]["attrs"], {"min": -1, "max": 1e-05})
         self.assertEqual(back["description"], spec["description"])
         self.assertNotIn("params", back)
+        # the [kernelbench] table, last; the source a literal string where it can be
+        for source, literal in (("class Model:\n    s = 'é \\ \"'\n", True),
+                                ("s = \'\'\'x\'\'\'\n", False), ("a\r\nb\r\n", False),
+                                ("x = '\U0001F600'\n\x7f", False), ("'", False)):
+            spec["kernelbench"] = {"source": source, "init_inputs": [3, [1, 2.5], True, "s"],
+                                   "forward": [{"input": "x"}, {"value": [1, 2]}],
+                                   "bool_inputs": [], "state_dict": {"w": "fc.weight",
+                                                                     "a.b": "x.y"},
+                                   "model_keys": ["fc.weight", "x.y"]}
+            text = ki.to_toml(spec)  # asserts the round trip
+            self.assertEqual(tomllib.loads(text)["kernelbench"], spec["kernelbench"])
+            self.assertIn("\n[kernelbench]\nsource = " + ("\'\'\'\n" if literal else '"'), text)
+            self.assertIn('"a.b" = "x.y"', text)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,118 @@
+# The Python side of a kernel host that runs KernelBench ModelNew submissions
+# (kernel_host/python_host.cpp runs this in its embedded interpreter). Before the sandbox: torch
+# is imported and its thread pool started (no thread may be made once seccomp is on). At load,
+# inside the sandbox: the bundle (submission/kernelbench_build.py made it) is unpacked into the
+# scratch folder, load_inline / load return the extensions built at compile time (no compiler
+# runs here), ModelNew is built with the problem's init inputs and given the task's params by
+# their state_dict names. A call runs forward on views of the job's shared buffers and copies its
+# outputs into theirs. Errors go to the C++ side as text in `status`, never as exceptions.
+#   bundle --load--> model + views --call--> outputs written in place
+import ctypes
+import importlib.machinery
+import importlib.util
+import json
+import os
+import tarfile
+
+import torch
+import torch.utils.cpp_extension as _cpp
+
+_kiln = {}
+
+
+def _kiln_start(threads):
+    torch.set_num_threads(threads)
+    # A parallel op now, so OpenMP's workers exist before seccomp forbids new threads.
+    a = torch.ones(256, 256)
+    (a @ a).sum().item()
+
+
+def _say(status_addr, status_len, text):
+    data = text.encode("utf-8", "replace")[:status_len - 1] + b"\0"
+    ctypes.memmove(status_addr, data, len(data))
+
+
+def _view(addr, shape, dtype):
+    n = 1
+    for s in shape:
+        n *= s
+    if n == 0:
+        return torch.empty(shape, dtype=dtype)
+    raw = (ctypes.c_char * (n * torch.empty((), dtype=dtype).element_size())).from_address(addr)
+    return torch.frombuffer(raw, dtype=dtype).view(shape)
+
+
+def _prebuilt(extensions, root):
+    def load(name, *args, **kwargs):
+        e = extensions.get(name)
+        if e is None:
+            raise RuntimeError(f"extension '{name}' was not built at compile time")
+        path = os.path.join(root, e["file"])
+        if not e["python_module"]:
+            torch.ops.load_library(path)
+            return None
+        spec = importlib.util.spec_from_file_location(
+            name, path, loader=importlib.machinery.ExtensionFileLoader(name, path))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load
+
+
+def _kiln_load(bundle, inputs, params, outputs, status_addr, status_len):
+    try:
+        root = os.path.join(os.path.dirname(bundle), "kb")
+        with tarfile.open(bundle) as tar:
+            for m in tar.getmembers():
+                if m.name.startswith("/") or ".." in m.name.split("/") or not (m.isfile() or
+                                                                               m.isdir()):
+                    raise RuntimeError(f"bundle member '{m.name}' is not a plain relative file")
+            tar.extractall(root)
+        spec = json.load(open(os.path.join(root, "spec.json")))
+        manifest = json.load(open(os.path.join(root, "manifest.json")))
+        kb = spec["kernelbench"]
+        _cpp.load_inline = _cpp.load = _prebuilt(manifest["extensions"], root)
+        source = open(os.path.join(root, "submission.py")).read()
+        namespace = {"__name__": "kiln_submission", "__file__": "submission.py"}
+        exec(compile(source, "submission.py", "exec"), namespace)
+        model = namespace["ModelNew"](*kb["init_inputs"])
+        state = model.state_dict()
+        with torch.no_grad():
+            for d, addr in zip(spec["params"], params):
+                key = kb["state_dict"].get(d["name"])
+                if key is None:  # made by an importer rewrite, not held by the Model
+                    continue
+                if key not in state:
+                    raise RuntimeError(f"ModelNew has no state_dict entry '{key}'")
+                state[key].copy_(_view(addr, d["shape"], torch.float32).view(state[key].shape))
+        views = {d["name"]: _view(a, d["shape"], torch.float32)
+                 for d, a in zip(spec["inputs"], inputs)}
+        args = []
+        for a in kb["forward"]:
+            if "input" in a:
+                v = views[a["input"]]
+                args.append((lambda v=v: v != 0) if a["input"] in kb.get("bool_inputs", [])
+                            else (lambda v=v: v))
+            else:
+                args.append(lambda value=a["value"]: value)
+        outs = [_view(a, d["shape"], torch.int64 if d["dtype"] == "int64" else torch.float32)
+                for d, a in zip(spec["outputs"], outputs)]
+        _kiln.update(model=model, args=args, outs=outs)
+    except BaseException as e:
+        _say(status_addr, status_len, f"{type(e).__name__}: {e}")
+
+
+def _kiln_call(status_addr, status_len):
+    try:
+        with torch.no_grad():
+            y = _kiln["model"](*[a() for a in _kiln["args"]])
+            ys = list(y) if isinstance(y, (tuple, list)) else [y]
+            if len(ys) != len(_kiln["outs"]):
+                raise RuntimeError(f"{len(ys)} outputs, the task has {len(_kiln['outs'])}")
+            for out, got in zip(_kiln["outs"], ys):
+                if got.shape != out.shape:
+                    raise RuntimeError(f"an output of shape {list(got.shape)}, not "
+                                       f"{list(out.shape)}")
+                out.copy_(got)
+    except BaseException as e:
+        _say(status_addr, status_len, f"{type(e).__name__}: {e}")

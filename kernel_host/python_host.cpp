@@ -1,0 +1,91 @@
+#include "kernel_host/python_host.hpp"
+
+#include "kernel_host/kernelbench_host_py.hpp" // generated: the script's text
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <dlfcn.h>
+
+namespace kiln {
+
+namespace {
+
+// The only two entry points of libpython used: the host never touches Python objects itself,
+// it runs statements and reads a status buffer the script writes.
+using initialize_fn = void (*)(int);
+using run_string_fn = int (*)(const char*, void*);
+
+struct python_state {
+  run_string_fn run = nullptr;
+  char status[240] = {};
+};
+python_state py;
+
+std::string hex(const void* p) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%jx", static_cast<uintmax_t>(reinterpret_cast<uintptr_t>(p)));
+  return b;
+}
+
+template <class T>
+std::string address_list(const std::vector<T>& ptrs) {
+  std::string s = "[";
+  for (const auto* p : ptrs) s += hex(p) + ",";
+  return s + "]";
+}
+
+// Runs `statement`; the script reports failures in py.status, and an exception that escapes it
+// (there should be none) is reported as such.
+status run(const std::string& statement, const char* what) {
+  py.status[0] = '\0';
+  if (py.run(statement.c_str(), nullptr) != 0)
+    return error{std::string(what) + ": an exception escaped the host script"};
+  if (py.status[0] != '\0') return error{std::string(what) + ": " + py.status};
+  return ok();
+}
+
+std::string status_args() { return hex(py.status) + ", " + std::to_string(sizeof py.status); }
+
+} // namespace
+
+status start_python_host(const std::string& library, int threads) {
+  void* lib = dlopen(library.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (!lib) return error{"cannot open the Python library " + library + ": " + dlerror()};
+  auto init = reinterpret_cast<initialize_fn>(dlsym(lib, "Py_InitializeEx"));
+  py.run = reinterpret_cast<run_string_fn>(dlsym(lib, "PyRun_SimpleStringFlags"));
+  if (!init || !py.run) return error{library + " lacks Py_InitializeEx / PyRun_SimpleStringFlags"};
+  // The environment must not steer the interpreter: no user site, no PYTHONPATH or startup file.
+  for (const char* v : {"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONINSPECT"}) unsetenv(v);
+  setenv("PYTHONNOUSERSITE", "1", 1);
+  setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
+  // OpenMP workers that spin after a parallel region would burn CPU outside the call, which
+  // the executor refuses as work after the reply.
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  init(0); // no signal handlers: the host's own stay
+  if (py.run(kernelbench_host_py, nullptr) != 0)
+    return error{"the host script fails to start (is torch importable by " + library + "?)"};
+  return run("_kiln_start(" + std::to_string(threads) + ")", "starting torch");
+}
+
+bool python_host_started() { return py.run != nullptr; }
+
+status python_host_load(const std::string& bundle, const std::vector<const void*>& inputs,
+                        const std::vector<const void*>& params, const std::vector<void*>& outputs) {
+  if (!py.run) return error{"this kernel host was not started with Python (--python)"};
+  std::string quoted;
+  for (char c : bundle) {
+    if (c == '\'' || c == '\\' || c < ' ') return error{"unusable bundle path"};
+    quoted += c;
+  }
+  return run("_kiln_load('" + quoted + "', " + address_list(inputs) + ", " + address_list(params) +
+                 ", " + address_list(outputs) + ", " + status_args() + ")",
+             "loading ModelNew");
+}
+
+status python_host_call() {
+  if (!py.run) return error{"no Python in this kernel host"};
+  return run("_kiln_call(" + status_args() + ")", "ModelNew's forward");
+}
+
+} // namespace kiln

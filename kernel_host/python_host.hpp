@@ -1,0 +1,26 @@
+// The kernel host's embedded Python, for KernelBench ModelNew submissions (the kernelbench-module
+// loader). libpython is opened with dlopen only in a host started with --python, so hosts that
+// run C ABI kernels never map it. Started before the sandbox (torch imported, its thread pool
+// made), loaded and called inside it; the Python side is kernel_host/kernelbench_host.py.
+//   --python LIB --start--> interpreter + torch --load(bundle, buffers)--> model --call--> status
+#pragma once
+
+#include "data/expected.hpp"
+
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+// Before the sandbox: dlopen `library`, start the interpreter (no user site, no bytecode
+// written), import torch with `threads` threads.
+status start_python_host(const std::string& library, int threads);
+bool python_host_started();
+
+// Inside the sandbox: unpack the bundle beside `bundle`, build ModelNew, give it the params.
+status python_host_load(const std::string& bundle, const std::vector<const void*>& inputs,
+                        const std::vector<const void*>& params, const std::vector<void*>& outputs);
+// One forward on the buffers as they are; outputs written into theirs.
+status python_host_call();
+
+} // namespace kiln

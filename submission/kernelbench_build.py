@@ -1,0 +1,129 @@
+# The build step of a KernelBench ModelNew submission (submission/kind_kernelbench.cpp), run by a
+# compile worker in the compile sandbox (a folder of its own, landlock, seccomp, limits): the
+# submission's module runs once, its load_inline / load calls compile their extensions into
+# ext/<name>/, ModelNew is built with the problem's init inputs and checked against the task (its
+# state_dict names, strictly, and one call's outputs), and everything the kernel host needs goes
+# into one bundle, kernel.kb. The checks here are for clear errors only: this process runs the
+# submission's code, so nothing trusted reads what it writes.
+#   kernel.py + spec.json --run, build extensions, check--> kernel.kb (tar) | exit 1 + the reason
+import json
+import os
+import sys
+import tarfile
+import traceback
+
+
+# The reason for a failure is the whole log: what torch and the submission print goes nowhere
+# (a compiler's errors reach us inside load_inline's exception).
+_reason = os.fdopen(os.dup(1), "w")
+_devnull = os.open(os.devnull, os.O_WRONLY)
+os.dup2(_devnull, 1)
+os.dup2(_devnull, 2)
+
+
+def fail(why):
+    _reason.write(why.rstrip() + "\n")
+    _reason.flush()
+    os._exit(1)
+
+
+def short_trace(limit=6):
+    lines = traceback.format_exc().strip().splitlines()
+    return "\n".join(lines[-limit:])
+
+
+spec = json.load(open("spec.json"))
+kb = spec["kernelbench"]
+os.environ["TORCH_EXTENSIONS_DIR"] = os.path.abspath("ext")
+
+import torch  # noqa: E402
+import torch.utils.cpp_extension as cpp  # noqa: E402
+
+built = {}  # extension name -> {"file": path in the bundle, "python_module": bool}
+real = {"load_inline": cpp.load_inline, "load": cpp.load}
+
+
+def build_dir(name):
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"extension name {name!r} is not a Python identifier")
+    d = os.path.join("ext", name)
+    os.makedirs(d, exist_ok=True)
+    return os.path.abspath(d)
+
+
+def building(which):
+    def build(name, *args, **kwargs):
+        kwargs["build_directory"] = build_dir(name)
+        kwargs["verbose"] = False
+        module = real[which](name, *args, **kwargs)
+        built[name] = {"file": f"ext/{name}/{name}.so",
+                       "python_module": kwargs.get("is_python_module", True)}
+        return module
+    return build
+
+
+cpp.load_inline = building("load_inline")
+cpp.load = building("load")
+
+source = open("kernel.py").read()
+namespace = {"__name__": "kiln_submission", "__file__": "submission.py"}
+try:
+    exec(compile(source, "submission.py", "exec"), namespace)
+except SyntaxError as e:
+    fail(f"submission.py:{e.lineno}: syntax error: {e.msg}")
+except BaseException:
+    fail("the submission fails when its module runs:\n" + short_trace())
+
+model_new = namespace.get("ModelNew")
+if not isinstance(model_new, type) or not issubclass(model_new, torch.nn.Module):
+    fail("the submission defines no class ModelNew(torch.nn.Module)")
+try:
+    model = model_new(*kb["init_inputs"])
+except BaseException:
+    fail(f"ModelNew(*{kb['init_inputs']!r}) fails (the problem's get_init_inputs()):\n" +
+         short_trace())
+
+# Strict names: every param of the task must land in ModelNew by its state_dict name, and
+# ModelNew may hold nothing the problem's Model does not.
+keys = list(model.state_dict().keys())
+missing = [k for k in kb["model_keys"] if k in kb["state_dict"].values() and k not in keys]
+unexpected = [k for k in keys if k not in kb["model_keys"]]
+if missing or unexpected:
+    fail("ModelNew's state_dict does not match the problem's Model: " +
+         (f"missing {missing}" if missing else "") + ("; " if missing and unexpected else "") +
+         (f"unexpected {unexpected}" if unexpected else ""))
+
+# One call on random inputs of the task's shapes: outputs of the wrong number or shape are a
+# compile-stage error with the shapes, not a bare failed call later.
+shapes = {d["name"]: d["shape"] for d in spec["inputs"]}
+args = []
+for a in kb["forward"]:
+    if "input" in a:
+        x = torch.rand(shapes[a["input"]])
+        args.append(x < 0.5 if a["input"] in kb.get("bool_inputs", []) else x)
+    else:
+        args.append(a["value"])
+try:
+    with torch.no_grad():
+        y = model(*args)
+except BaseException:
+    fail("ModelNew's forward fails on inputs of the task's shapes:\n" + short_trace())
+ys = list(y) if isinstance(y, (tuple, list)) else [y]
+if len(ys) != len(spec["outputs"]):
+    fail(f"ModelNew returns {len(ys)} outputs; the task has {len(spec['outputs'])}")
+for out, got in zip(spec["outputs"], ys):
+    if not isinstance(got, torch.Tensor):
+        fail(f"output '{out['name']}': ModelNew returns a {type(got).__name__}, not a tensor")
+    if list(got.shape) != out["shape"]:
+        fail(f"output '{out['name']}': ModelNew returns shape {list(got.shape)}; the task's is "
+             f"{out['shape']}")
+
+with open("manifest.json", "w") as f:
+    json.dump({"extensions": built}, f)
+with tarfile.open("kernel.kb.tmp", "w") as tar:
+    tar.add("kernel.py", "submission.py")
+    tar.add("spec.json")
+    tar.add("manifest.json")
+    for e in built.values():
+        tar.add(e["file"])
+os.rename("kernel.kb.tmp", "kernel.kb")

@@ -1,0 +1,107 @@
+// KernelBench ModelNew modules as a submission kind: one Python file defining
+// `class ModelNew(nn.Module)` with the problem's constructor, whose kernels come from
+// torch.utils.cpp_extension.load_inline / load (C++ on cpu). Only for tasks imported from
+// KernelBench (their [kernelbench] table: the problem's source, init inputs, forward arguments
+// and state_dict names). The compile worker runs submission/kernelbench_build.py in the compile
+// sandbox with the system's Python: the extensions are compiled there, and ModelNew is built and
+// checked against the task; the bundle it writes is loaded by a kernel host started with Python.
+//   text + task --prepare: spec.json--> compile request --build (python, sandboxed)--> kernel.kb
+#include "submission/submission_kind.hpp"
+
+#include "submission/kernelbench_build_py.hpp" // generated: the build script's text
+
+#include <algorithm>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace kiln {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::size_t max_source_bytes = std::size_t{1} << 20;
+constexpr const char* kernelbench_marker = "#! kiln-source kernelbench";
+
+// The interpreter with the system's torch: KILN_PYTHON, else the one kiln was built against.
+std::string python_executable() {
+  if (const char* env = std::getenv("KILN_PYTHON"); env && *env) return env;
+  return KILN_PYTHON;
+}
+
+json shapes(const std::vector<tensor_decl>& decls) {
+  json out = json::array();
+  for (const auto& d : decls) out.push_back({{"name", d.name}, {"shape", d.shape}});
+  return out;
+}
+
+expected<compile_request> prepare(const std::string& text, const task& spec, backend_kind b) {
+  if (spec.kernelbench_json.empty())
+    return error{"a kernelbench submission needs a task imported from KernelBench (its "
+                 "[kernelbench] table); task '" +
+                 spec.name + "' has none"};
+  if (text.size() > max_source_bytes)
+    return error{"ModelNew source of " + std::to_string(text.size()) + " bytes; the limit is " +
+                 std::to_string(max_source_bytes)};
+  json s = {{"task", spec.name},
+            {"kernelbench", json::parse(spec.kernelbench_json)},
+            {"inputs", shapes(spec.inputs)},
+            {"params", shapes(spec.params)},
+            {"outputs", json::array()}};
+  for (const auto& name : spec.outputs) {
+    auto ref = find_value(spec, name);
+    bool index = ref.k == value_ref::kind::op && spec.ops[ref.index].is_index;
+    s["outputs"].push_back({{"name", name},
+                            {"shape", value_shape(spec, ref)},
+                            {"dtype", index ? "int64" : "float32"}});
+  }
+  compile_request r;
+  r.kind = submission_kind::kernelbench;
+  r.backend = b;
+  // Without the marker line, so Python's line numbers are those of the file the policy wrote
+  // (sources:DIR and LLM answers come without it; as_submission added it).
+  r.source = text.rfind(kernelbench_marker, 0) == 0
+                 ? text.substr(std::min(text.size(), text.find('\n') + 1))
+                 : text;
+  r.plan_json = s.dump();
+  return r;
+}
+
+expected<built_artifact> build(const compile_request& r, const build_options& opts) {
+  std::string python = python_executable();
+  if (python.empty())
+    return error{"kiln was built without Python 3 development files: ModelNew submissions need "
+                 "the system's python3 with torch (set KILN_PYTHON)"};
+  cpu_compile_options o = opts.host;
+  o.compiler = python;
+  o.identity_args = {"-c", "import sys, torch; print('python', sys.version.split()[0], 'torch', "
+                           "torch.__version__)"};
+  // -I: isolated (no user site, no PYTHON* variables); -B: no bytecode files.
+  o.command = {python, "-I", "-B", "build.py"};
+  o.source_extension = ".py";
+  o.job_files = {{"build.py", kernelbench_build_py}, {"spec.json", r.plan_json}};
+  o.artifact_extension = ".kb";
+  o.flags.clear();
+  o.timeout_s = 300; // torch's headers alone take ~20 s per extension on a 2-core machine
+  auto a = compile_cpu(r.source, o);
+  if (!a) {
+    // compile_cpu says "<python> failed (exit 1, key K):\n<log>": the log is the reason.
+    std::string m = a.message();
+    auto nl = m.find(":\n");
+    if (m.find(" failed (exit 1") != std::string::npos && nl != std::string::npos)
+      return error{"ModelNew build: " + m.substr(nl + 2)};
+    return error{"ModelNew build: " + m};
+  }
+  return built_artifact{a->so_path, a->key, a->cache_hit, a->compile_ms};
+}
+
+} // namespace
+
+extern const submission_kind_info kernelbench_kind = {
+    submission_kind::kernelbench, "kernelbench", backend_kind::cpu,
+    kernelbench_marker,           ".py",         artifact_loader::kernelbench_module,
+    artifact_loader::none,        prepare,       build,
+};
+
+} // namespace kiln

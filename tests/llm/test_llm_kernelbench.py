@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""`kiln eval --policy llm --llm-answer-format kernelbench` on cpu against the scripted server
+(tests/llm/mock_openai.py): a KernelBench problem imported by `kiln tasks import`, asked in
+KernelBench's style (the Model's source, "write ModelNew"), answered with a ModelNew module in the
+last ```python block (a ```cpp block after it is not taken), built and judged by the pool. One
+task passes on turn 1; its *_fix copy is wrong on turn 1, and the outcome fed back leads to a
+correct turn 2. The answer format is in the eval JSON. Usage: test_llm_kernelbench.py KILN"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def main():
+    kiln = sys.argv[1]
+    mock = subprocess.Popen([sys.executable, os.path.join(HERE, "mock_openai.py")],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(mock.stdout.readline().split()[1])
+        with tempfile.TemporaryDirectory() as tmp:
+            problems = os.path.join(tmp, "problems", "level2")
+            os.makedirs(problems)
+            shutil.copy(os.path.join(ROOT, "tests", "data", "kernelbench", "modelnew",
+                                     "linear_relu.py"), problems)
+            shutil.copy(os.path.join(problems, "linear_relu.py"),
+                        os.path.join(problems, "linear_relu_fix.py"))
+            imp = subprocess.run([kiln, "tasks", "import", os.path.dirname(problems), "--out",
+                                  os.path.join(tmp, "tasks")], capture_output=True, text=True,
+                                 timeout=600)
+            assert imp.returncode == 0, imp.stdout[-3000:] + imp.stderr[-3000:]
+            out = os.path.join(tmp, "eval.json")
+            cmd = [kiln, "eval", "--policy", "llm", "--llm-answer-format", "kernelbench",
+                   "--llm-endpoint", "http://127.0.0.1:%d" % port, "--llm-model", "mock",
+                   "--suite", os.path.join(tmp, "tasks"), "--turns", "2",
+                   "--cache-dir", os.path.join(tmp, "cache"), "--json", out]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            sys.stdout.write(p.stdout[-4000:])
+            sys.stderr.write(p.stderr[-4000:])
+            assert p.returncode == 0, "kiln eval exited %d" % p.returncode
+            res = json.load(open(out))[0]
+    finally:
+        mock.kill()
+        mock.wait()
+    rows = {t["task"]: t for t in res["tasks"]}
+    print(json.dumps({k: (v["outcome"], v.get("turns"), v.get("message", "")[:100])
+                      for k, v in rows.items()}, indent=1))
+    assert res["answer_format"] == "kernelbench", res.get("answer_format")
+    one, fix = rows["kb_l2_linear_relu"], rows["kb_l2_linear_relu_fix"]
+    for r in (one, fix):
+        assert r["answer_format"] == "kernelbench", r
+        assert r["outcome"] == "correct", r
+    assert one["turns"] == 1 and fix["turns"] == 2, (one["turns"], fix["turns"])
+    print("ok: ModelNew answers in KernelBench's format taken, built, judged and corrected")
+
+
+if __name__ == "__main__":
+    main()
