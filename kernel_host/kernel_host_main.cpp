@@ -236,14 +236,17 @@ kh_reply call(host_state& s, const kh_command& c, bool empty) {
 #ifdef KILN_HAVE_CUDA
   if (!empty && !s.kernel) return reply_to(c, kh_code::bad_command, "nothing loaded");
   bool sticky = false;
+  std::string entry_failure; // the kernel's own failure, not a CUDA error
   auto t = cuda_timed_call(
       [&]() -> status {
         if (empty) return ok();
-        return s.kernel->run(s.in, s.par, s.out);
+        auto st = s.kernel->run(s.in, s.par, s.out);
+        if (!st) entry_failure = st.message();
+        return st;
       },
       &sticky);
   if (!t) {
-    bool entry = t.message().find("returned non-zero") != std::string::npos;
+    bool entry = !entry_failure.empty() && t.message() == entry_failure;
     return reply_to(c, entry ? kh_code::kernel_failed : kh_code::device_error,
                     entry ? std::string() : t.message());
   }
@@ -297,12 +300,14 @@ int main(int argc, char** argv) {
 #else
     die("this build has no cuda backend");
 #endif
-  } else if (!a.python_library.empty()) {
+  }
+  if (!a.python_library.empty()) {
     // Trusted code (the system's interpreter and torch) before the sandbox; the submission's
     // code runs only at load, inside it.
-    if (auto st = start_python_host(a.python_library, std::max(1, a.threads)); !st)
+    if (auto st = start_python_host(a.python_library, std::max(1, a.threads), a.cuda_device); !st)
       die(st.message().c_str());
-  } else {
+    for (auto& d : python_host_read_paths()) paths.read_exec.push_back(d);
+  } else if (a.cuda_device < 0) {
     start_cpu_host_threads(std::max(1, a.threads));
   }
   kh_reply started;

@@ -6,6 +6,10 @@
 # runs here), ModelNew is built with the problem's init inputs and given the task's params by
 # their state_dict names. A call runs forward on views of the job's shared buffers and copies its
 # outputs into theirs. Errors go to the C++ side as text in `status`, never as exceptions.
+# On cuda the buffers are device memory (the job's region, imported by the C++ side) and the
+# model runs on torch's default stream of the primary context: the legacy default stream the
+# host's events time. Load ends with one untimed forward, so the libraries and kernels it uses
+# are loaded before the run seccomp filter (as the cuDNN steps of a plan are warmed).
 #   bundle --load--> model + views --call--> outputs written in place
 import ctypes
 import importlib.machinery
@@ -17,14 +21,30 @@ import tarfile
 import torch
 import torch.utils.cpp_extension as _cpp
 
-_kiln = {}
+_kiln = {"device": torch.device("cpu")}
 
 
-def _kiln_start(threads):
+def _kiln_start(threads, cuda_device):
     torch.set_num_threads(threads)
     # A parallel op now, so OpenMP's workers exist before seccomp forbids new threads.
     a = torch.ones(256, 256)
     (a @ a).sum().item()
+    if cuda_device >= 0:
+        # torch's context is the primary one the C++ side made; cuBLAS and the caching
+        # allocator start here, before the sandbox.
+        torch.cuda.set_device(cuda_device)
+        _kiln["device"] = torch.device("cuda", cuda_device)
+        a = a.to(_kiln["device"])
+        (a @ a).sum().item()
+
+
+def _kiln_read_paths(addr, length):
+    # Folders this interpreter reads that the sandbox's system list may lack (a venv, conda, a
+    # pip prefix): one per line, for landlock's read rules.
+    import sys
+    dirs = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(torch.__file__))}
+    dirs.update(p for p in sys.path if os.path.isabs(p) and os.path.isdir(p))
+    _say(addr, length, "\n".join(sorted(dirs)))
 
 
 def _say(status_addr, status_len, text):
@@ -32,12 +52,23 @@ def _say(status_addr, status_len, text):
     ctypes.memmove(status_addr, data, len(data))
 
 
+class _DeviceArray:
+    # CUDA's array interface over memory torch did not allocate (the job's device region).
+    def __init__(self, addr, shape, dtype):
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape), "data": (addr, False), "version": 2,
+            "typestr": "<i8" if dtype == torch.int64 else "<f4"}
+
+
 def _view(addr, shape, dtype):
     n = 1
     for s in shape:
         n *= s
+    device = _kiln["device"]
     if n == 0:
-        return torch.empty(shape, dtype=dtype)
+        return torch.empty(shape, dtype=dtype, device=device)
+    if device.type == "cuda":
+        return torch.as_tensor(_DeviceArray(addr, shape, dtype), device=device)
     raw = (ctypes.c_char * (n * torch.empty((), dtype=dtype).element_size())).from_address(addr)
     return torch.frombuffer(raw, dtype=dtype).view(shape)
 
@@ -75,8 +106,13 @@ def _kiln_load(bundle, inputs, params, outputs, status_addr, status_len):
         source = open(os.path.join(root, "submission.py")).read()
         namespace = {"__name__": "kiln_submission", "__file__": "submission.py"}
         exec(compile(source, "submission.py", "exec"), namespace)
-        model = namespace["ModelNew"](*kb["init_inputs"])
+        device = _kiln["device"]
+        model = namespace["ModelNew"](*kb["init_inputs"]).to(device)
         state = model.state_dict()
+        unexpected = [k for k in state if k not in kb["model_keys"]]
+        if unexpected:  # the build checked this where it could build ModelNew without the device
+            raise RuntimeError(f"ModelNew's state_dict has entries the problem's Model has not: "
+                               f"{unexpected}")
         with torch.no_grad():
             for d, addr in zip(spec["params"], params):
                 key = kb["state_dict"].get(d["name"])
@@ -98,21 +134,31 @@ def _kiln_load(bundle, inputs, params, outputs, status_addr, status_len):
         outs = [_view(a, d["shape"], torch.int64 if d["dtype"] == "int64" else torch.float32)
                 for d, a in zip(spec["outputs"], outputs)]
         _kiln.update(model=model, args=args, outs=outs)
+        if device.type == "cuda":
+            _forward()
+            torch.cuda.synchronize()
     except BaseException as e:
         _say(status_addr, status_len, f"{type(e).__name__}: {e}")
 
 
+def _forward():
+    with torch.no_grad():
+        y = _kiln["model"](*[a() for a in _kiln["args"]])
+        ys = list(y) if isinstance(y, (tuple, list)) else [y]
+        if len(ys) != len(_kiln["outs"]):
+            raise RuntimeError(f"ModelNew returns {len(ys)} outputs; the task has "
+                               f"{len(_kiln['outs'])}")
+        for out, got in zip(_kiln["outs"], ys):
+            if not isinstance(got, torch.Tensor):
+                raise RuntimeError(f"ModelNew returns a {type(got).__name__}, not a tensor")
+            if got.shape != out.shape:
+                raise RuntimeError(f"ModelNew returns shape {list(got.shape)}; the task's is "
+                                   f"{list(out.shape)}")
+            out.copy_(got)
+
+
 def _kiln_call(status_addr, status_len):
     try:
-        with torch.no_grad():
-            y = _kiln["model"](*[a() for a in _kiln["args"]])
-            ys = list(y) if isinstance(y, (tuple, list)) else [y]
-            if len(ys) != len(_kiln["outs"]):
-                raise RuntimeError(f"{len(ys)} outputs, the task has {len(_kiln['outs'])}")
-            for out, got in zip(_kiln["outs"], ys):
-                if got.shape != out.shape:
-                    raise RuntimeError(f"an output of shape {list(got.shape)}, not "
-                                       f"{list(out.shape)}")
-                out.copy_(got)
+        _forward()
     except BaseException as e:
         _say(status_addr, status_len, f"{type(e).__name__}: {e}")

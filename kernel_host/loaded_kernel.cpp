@@ -39,7 +39,8 @@ expected<loaded_kernel> loaded_kernel::load(artifact_loader loader, const std::s
     k.impl_->cpu.emplace(std::move(*p));
     return k;
   }
-  case artifact_loader::kernelbench_module: {
+  case artifact_loader::kernelbench_module:
+  case artifact_loader::kernelbench_module_cuda: {
     if (auto st = python_host_load(path, inputs, params, outputs); !st) return st.err();
     k.impl_->python = true;
     return k;

@@ -19,6 +19,7 @@ using run_string_fn = int (*)(const char*, void*);
 struct python_state {
   run_string_fn run = nullptr;
   char status[240] = {};
+  std::string call; // the call statement, made once at load
 };
 python_state py;
 
@@ -49,7 +50,7 @@ std::string status_args() { return hex(py.status) + ", " + std::to_string(sizeof
 
 } // namespace
 
-status start_python_host(const std::string& library, int threads) {
+status start_python_host(const std::string& library, int threads, int cuda_device) {
   void* lib = dlopen(library.c_str(), RTLD_NOW | RTLD_GLOBAL);
   if (!lib) return error{"cannot open the Python library " + library + ": " + dlerror()};
   auto init = reinterpret_cast<initialize_fn>(dlsym(lib, "Py_InitializeEx"));
@@ -65,7 +66,27 @@ status start_python_host(const std::string& library, int threads) {
   init(0); // no signal handlers: the host's own stay
   if (py.run(kernelbench_host_py, nullptr) != 0)
     return error{"the host script fails to start (is torch importable by " + library + "?)"};
-  return run("_kiln_start(" + std::to_string(threads) + ")", "starting torch");
+  return run("_kiln_start(" + std::to_string(threads) + ", " + std::to_string(cuda_device) + ")",
+             cuda_device >= 0 ? "starting torch on cuda" : "starting torch");
+}
+
+std::vector<std::string> python_host_read_paths() {
+  std::vector<std::string> out;
+  if (!py.run) return out;
+  static char buffer[8192];
+  buffer[0] = '\0';
+  if (py.run(
+          ("_kiln_read_paths(" + hex(buffer) + ", " + std::to_string(sizeof buffer) + ")").c_str(),
+          nullptr) != 0)
+    return out;
+  std::string all = buffer;
+  for (size_t at = 0; at < all.size();) {
+    size_t nl = all.find('\n', at);
+    if (nl == std::string::npos) nl = all.size();
+    if (nl > at) out.push_back(all.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return out;
 }
 
 bool python_host_started() { return py.run != nullptr; }
@@ -78,14 +99,17 @@ status python_host_load(const std::string& bundle, const std::vector<const void*
     if (c == '\'' || c == '\\' || c < ' ') return error{"unusable bundle path"};
     quoted += c;
   }
-  return run("_kiln_load('" + quoted + "', " + address_list(inputs) + ", " + address_list(params) +
-                 ", " + address_list(outputs) + ", " + status_args() + ")",
-             "loading ModelNew");
+  auto st =
+      run("_kiln_load('" + quoted + "', " + address_list(inputs) + ", " + address_list(params) +
+              ", " + address_list(outputs) + ", " + status_args() + ")",
+          "loading ModelNew");
+  if (st) py.call = "_kiln_call(" + status_args() + ")";
+  return st;
 }
 
 status python_host_call() {
-  if (!py.run) return error{"no Python in this kernel host"};
-  return run("_kiln_call(" + status_args() + ")", "ModelNew's forward");
+  if (py.call.empty()) return error{"no ModelNew loaded in this kernel host"};
+  return run(py.call, "ModelNew's forward");
 }
 
 } // namespace kiln

@@ -1,7 +1,7 @@
 // The kernel host's embedded Python, for KernelBench ModelNew submissions (the kernelbench-module
-// loader). libpython is opened with dlopen only in a host started with --python, so hosts that
-// run C ABI kernels never map it. Started before the sandbox (torch imported, its thread pool
-// made), loaded and called inside it; the Python side is kernel_host/kernelbench_host.py.
+// loaders, cpu and cuda). libpython is opened with dlopen only in a host started with --python, so
+// hosts that run C ABI kernels never map it. Started before the sandbox (torch imported, its thread
+// pool made), loaded and called inside it; the Python side is kernel_host/kernelbench_host.py.
 //   --python LIB --start--> interpreter + torch --load(bundle, buffers)--> model --call--> status
 #pragma once
 
@@ -13,9 +13,12 @@
 namespace kiln {
 
 // Before the sandbox: dlopen `library`, start the interpreter (no user site, no bytecode
-// written), import torch with `threads` threads.
-status start_python_host(const std::string& library, int threads);
+// written), import torch with `threads` threads and, for cuda_device >= 0, start its CUDA state
+// on that device (in the primary context the host opened).
+status start_python_host(const std::string& library, int threads, int cuda_device);
 bool python_host_started();
+// The folders the interpreter reads (its prefix, sys.path): landlock must allow them.
+std::vector<std::string> python_host_read_paths();
 
 // Inside the sandbox: unpack the bundle beside `bundle`, build ModelNew, give it the params.
 status python_host_load(const std::string& bundle, const std::vector<const void*>& inputs,

@@ -45,6 +45,21 @@ std::string ms(double v) {
   return b;
 }
 
+// The tolerance sentence and, where known, the baseline times: both prompt formats say them alike.
+void tolerance_and_baselines(std::ostream& o, const task& t, const char* ours, const char* theirs,
+                             const char* baselines, std::optional<double> eager_ms,
+                             std::optional<double> compile_ms) {
+  o << "\n\nTolerance: |" << ours << " - " << theirs << "| <= " << t.tol.atol << " + " << t.tol.rtol
+    << " * |" << theirs << "| per element; reduced precision (TF32 / fp16 math) "
+    << (t.tol.reduced_precision ? "allowed" : "not allowed") << ".\n";
+  if (eager_ms || compile_ms) {
+    o << baselines << ":";
+    if (eager_ms) o << " PyTorch eager " << ms(*eager_ms);
+    if (compile_ms) o << (eager_ms ? "," : "") << " torch.compile " << ms(*compile_ms);
+    o << ".\n";
+  }
+}
+
 // KernelBench's style: the problem's own Model and the request for ModelNew (the task's
 // [kernelbench] table holds the source). Written here, in the spirit of its prompts.
 std::string kernelbench_system_prompt(backend_kind backend) {
@@ -75,15 +90,8 @@ std::string kernelbench_task_prompt(const task& t, backend_kind backend,
     auto kb = nlohmann::json::parse(t.kernelbench_json);
     o << kb.value("source", "");
   }
-  o << "\n```\n\nTolerance: |ModelNew - Model| <= " << t.tol.atol << " + " << t.tol.rtol
-    << " * |Model| per element; reduced precision (TF32 / fp16 math) "
-    << (t.tol.reduced_precision ? "allowed" : "not allowed") << ".\n";
-  if (eager_ms || compile_ms) {
-    o << "Model on this device:";
-    if (eager_ms) o << " PyTorch eager " << ms(*eager_ms);
-    if (compile_ms) o << (eager_ms ? "," : "") << " torch.compile " << ms(*compile_ms);
-    o << ".\n";
-  }
+  o << "\n```";
+  tolerance_and_baselines(o, t, "ModelNew", "Model", "Model on this device", eager_ms, compile_ms);
   o << "\nOptimize the architecture named Model with "
     << (backend == backend_kind::cuda ? "custom CUDA operators" : "custom C++ operators")
     << "; name your optimized architecture ModelNew and answer with the whole module in one "
@@ -135,15 +143,8 @@ std::string llm_task_prompt(const task& t, backend_kind backend, llm_answer_form
   }
   o << "```\n\nOutputs (in this order in `outputs`): ";
   for (size_t i = 0; i < t.outputs.size(); ++i) o << (i ? ", " : "") << t.outputs[i];
-  o << "\n\nTolerance: |kernel - reference| <= " << t.tol.atol << " + " << t.tol.rtol
-    << " * |reference| per element; reduced precision (TF32 / fp16 math) "
-    << (t.tol.reduced_precision ? "allowed" : "not allowed") << ".\n";
-  if (eager_ms || compile_ms) {
-    o << "Baselines on this device:";
-    if (eager_ms) o << " PyTorch eager " << ms(*eager_ms);
-    if (compile_ms) o << (eager_ms ? "," : "") << " torch.compile " << ms(*compile_ms);
-    o << ".\n";
-  }
+  tolerance_and_baselines(o, t, "kernel", "reference", "Baselines on this device", eager_ms,
+                          compile_ms);
   o << "\nAnswer with one fenced code block holding the whole "
     << (backend == backend_kind::cuda ? "CUDA C++" : "C++") << " program.\n";
   return o.str();

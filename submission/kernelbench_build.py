@@ -4,7 +4,10 @@
 # ext/<name>/, ModelNew is built with the problem's init inputs and checked against the task (its
 # state_dict names, strictly, and one call's outputs), and everything the kernel host needs goes
 # into one bundle, kernel.kb. The checks here are for clear errors only: this process runs the
-# submission's code, so nothing trusted reads what it writes.
+# submission's code, so nothing trusted reads what it writes. For the cuda backend no device is
+# used here (compile workers run beside timed trials): extensions are built for spec.json's
+# cuda_arch, ModelNew is built on the cpu where it can be, and the forward check is left to the
+# kernel host's load.
 #   kernel.py + spec.json --run, build extensions, check--> kernel.kb (tar) | exit 1 + the reason
 import json
 import os
@@ -35,6 +38,10 @@ def short_trace(limit=6):
 spec = json.load(open("spec.json"))
 kb = spec["kernelbench"]
 os.environ["TORCH_EXTENSIONS_DIR"] = os.path.abspath("ext")
+cuda = spec.get("device") == "cuda"
+if cuda:
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ["TORCH_CUDA_ARCH_LIST"] = spec["cuda_arch"]
 
 import torch  # noqa: E402
 import torch.utils.cpp_extension as cpp  # noqa: E402
@@ -79,9 +86,30 @@ if not isinstance(model_new, type) or not issubclass(model_new, torch.nn.Module)
     fail("the submission defines no class ModelNew(torch.nn.Module)")
 try:
     model = model_new(*kb["init_inputs"])
-except BaseException:
-    fail(f"ModelNew(*{kb['init_inputs']!r}) fails (the problem's get_init_inputs()):\n" +
-         short_trace())
+except BaseException as e:
+    # A ModelNew that makes cuda tensors in __init__ cannot be built without the device: the
+    # kernel host builds it at load and checks it there.
+    if not (cuda and ("CUDA" in str(e) or "NVIDIA" in str(e))):
+        fail(f"ModelNew(*{kb['init_inputs']!r}) fails (the problem's get_init_inputs()):\n" +
+             short_trace())
+    model = None
+
+
+def bundle():
+    with open("manifest.json", "w") as f:
+        json.dump({"extensions": built}, f)
+    with tarfile.open("kernel.kb.tmp", "w") as tar:
+        tar.add("kernel.py", "submission.py")
+        tar.add("spec.json")
+        tar.add("manifest.json")
+        for e in built.values():
+            tar.add(e["file"])
+    os.rename("kernel.kb.tmp", "kernel.kb")
+    sys.exit(0)
+
+
+if model is None:
+    bundle()
 
 # Strict names: every param of the task must land in ModelNew by its state_dict name, and
 # ModelNew may hold nothing the problem's Model does not.
@@ -92,6 +120,9 @@ if missing or unexpected:
     fail("ModelNew's state_dict does not match the problem's Model: " +
          (f"missing {missing}" if missing else "") + ("; " if missing and unexpected else "") +
          (f"unexpected {unexpected}" if unexpected else ""))
+
+if cuda:
+    bundle()
 
 # One call on random inputs of the task's shapes: outputs of the wrong number or shape are a
 # compile-stage error with the shapes, not a bare failed call later.
@@ -118,12 +149,4 @@ for out, got in zip(spec["outputs"], ys):
         fail(f"output '{out['name']}': ModelNew returns shape {list(got.shape)}; the task's is "
              f"{out['shape']}")
 
-with open("manifest.json", "w") as f:
-    json.dump({"extensions": built}, f)
-with tarfile.open("kernel.kb.tmp", "w") as tar:
-    tar.add("kernel.py", "submission.py")
-    tar.add("spec.json")
-    tar.add("manifest.json")
-    for e in built.values():
-        tar.add(e["file"])
-os.rename("kernel.kb.tmp", "kernel.kb")
+bundle()

@@ -1,10 +1,13 @@
 // KernelBench ModelNew modules as a submission kind: one Python file defining
 // `class ModelNew(nn.Module)` with the problem's constructor, whose kernels come from
-// torch.utils.cpp_extension.load_inline / load (C++ on cpu). Only for tasks imported from
-// KernelBench (their [kernelbench] table: the problem's source, init inputs, forward arguments
-// and state_dict names). The compile worker runs submission/kernelbench_build.py in the compile
-// sandbox with the system's Python: the extensions are compiled there, and ModelNew is built and
-// checked against the task; the bundle it writes is loaded by a kernel host started with Python.
+// torch.utils.cpp_extension.load_inline / load (C++ on cpu, CUDA C++ on cuda). Only for tasks
+// imported from KernelBench (their [kernelbench] table: the problem's source, init inputs, forward
+// arguments and state_dict names). The compile worker runs submission/kernelbench_build.py in the
+// compile sandbox with the system's Python: the extensions are compiled there, and ModelNew is
+// built and checked against the task; the bundle it writes is loaded by a kernel host started with
+// Python. On cuda the compile stage sees no device (compile workers run beside timed trials): the
+// extensions are built for the pool's arch, and the checks that need the device (construction
+// where ModelNew asks for cuda, the first forward) are made by the kernel host at load.
 //   text + task --prepare: spec.json--> compile request --build (python, sandboxed)--> kernel.kb
 #include "submission/submission_kind.hpp"
 
@@ -45,6 +48,7 @@ expected<compile_request> prepare(const std::string& text, const task& spec, bac
     return error{"ModelNew source of " + std::to_string(text.size()) + " bytes; the limit is " +
                  std::to_string(max_source_bytes)};
   json s = {{"task", spec.name},
+            {"device", to_string(b)},
             {"kernelbench", json::parse(spec.kernelbench_json)},
             {"inputs", shapes(spec.inputs)},
             {"params", shapes(spec.params)},
@@ -80,7 +84,19 @@ expected<built_artifact> build(const compile_request& r, const build_options& op
   // -I: isolated (no user site, no PYTHON* variables); -B: no bytecode files.
   o.command = {python, "-I", "-B", "build.py"};
   o.source_extension = ".py";
-  o.job_files = {{"build.py", kernelbench_build_py}, {"spec.json", r.plan_json}};
+  std::string spec_json = r.plan_json;
+  if (r.backend == backend_kind::cuda) {
+    // "sm_90" -> "9.0", as TORCH_CUDA_ARCH_LIST says it; part of the cache key with spec.json.
+    json s = json::parse(r.plan_json);
+    std::string arch = opts.cuda_arch.substr(opts.cuda_arch.find('_') + 1);
+    if (arch.size() < 2 || arch.find_first_not_of("0123456789") != std::string::npos)
+      return error{"ModelNew build: cannot read the cuda arch '" + opts.cuda_arch + "'"};
+    s["cuda_arch"] = arch.substr(0, arch.size() - 1) + "." + arch.substr(arch.size() - 1);
+    spec_json = s.dump();
+    // Importing a CUDA build of torch maps its device libraries (several GiB of address space).
+    o.memory_mib = std::max<int64_t>(o.memory_mib, 32768);
+  }
+  o.job_files = {{"build.py", kernelbench_build_py}, {"spec.json", spec_json}};
   o.artifact_extension = ".kb";
   o.flags.clear();
   o.timeout_s = 300; // torch's headers alone take ~20 s per extension on a 2-core machine
@@ -99,9 +115,15 @@ expected<built_artifact> build(const compile_request& r, const build_options& op
 } // namespace
 
 extern const submission_kind_info kernelbench_kind = {
-    submission_kind::kernelbench, "kernelbench", backend_kind::cpu,
-    kernelbench_marker,           ".py",         artifact_loader::kernelbench_module,
-    artifact_loader::none,        prepare,       build,
+    submission_kind::kernelbench,
+    "kernelbench",
+    std::nullopt, // both backends: load_inline builds C++ on cpu, CUDA C++ on cuda
+    kernelbench_marker,
+    ".py",
+    artifact_loader::kernelbench_module,
+    artifact_loader::kernelbench_module_cuda,
+    prepare,
+    build,
 };
 
 } // namespace kiln

@@ -8,7 +8,7 @@
 #        executor_tests |
 #        bench_learner |
 #        validate | baselines | baselines_only | eval | eval_dirs | run | bench_pool | sources |
-#        import_tests
+#        import_tests | modelnew
 # KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_RUN_CONFIG is the run step's
 # config (default configs/cuda.toml); KILN_BASELINES names a baselines file
 # for eval and run (default: the one the baselines step wrote).
@@ -108,6 +108,19 @@ step_sources() {
 step_import_tests() {
   python3 -c 'import torch; print("torch", torch.__version__)' &&
     KILN="$PWD/$bin" python3 tests/tools/test_kernelbench_import.py -v
+}
+# KernelBench's way in on cuda: the hand-written problems imported on this machine, each problem's
+# own Model submitted as ModelNew (tools/modelnew_from_model.py: its kernel / eager ratio is the
+# ModelNew path's overhead), the expert beside it.
+step_modelnew() {
+  local d="$out/modelnew"
+  rm -rf "$d" && mkdir -p "$d"
+  "$bin" tasks import tests/data/kernelbench --out "$d/tasks" --report "$d/import.json" \
+    > "$d/import.log" 2>&1
+  tail -n 3 "$d/import.log"
+  python3 tools/modelnew_from_model.py "$d/tasks" --out "$d/subs" &&
+    "$bin" eval --backend cuda --policy "sources:$d/subs" --policy expert --suite "$d/tasks" \
+      --compile-workers 12 --json "$out/eval_modelnew_cuda.json"
 }
 step_bench_pool() {
   "$bin" bench pool --backend cuda --suite data/suites/level1/gpu --compile-workers 12 --json \

@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# KernelBench ModelNew submissions end to end on cpu: a problem in KernelBench's format imported
-# by `kiln tasks import`, then `kiln eval --policy sources:DIR` on one submission per case
-# (tests/data/kernelbench/modelnew/submissions): an honest load_inline kernel passes, and every
-# hostile or broken one gets the verdict and the reason pinned below.
-#   kernelbench_modelnew.sh KILN PYTHON SOURCE_DIR WORK_DIR
+# KernelBench ModelNew submissions end to end: a problem in KernelBench's format imported by
+# `kiln tasks import`, then `kiln eval --policy sources:DIR` on one submission per case
+# (tests/data/kernelbench/modelnew/submissions; on cuda those that run on either device and
+# submissions_cuda): an honest load_inline kernel passes, and every hostile or broken one gets the
+# verdict and the reason pinned below. On cuda it exits 77 (skipped) where no device exists.
+#   kernelbench_modelnew.sh KILN PYTHON SOURCE_DIR WORK_DIR [cpu|cuda]
 set -euo pipefail
-kiln="$1" python="$2" src="$3" work="$4"
+kiln="$1" python="$2" src="$3" work="$4" backend="${5:-cpu}"
 fixtures="$src/tests/data/kernelbench/modelnew"
+if [ "$backend" = cuda ]; then
+  if ! nvidia-smi -L > /dev/null 2>&1; then
+    echo "SKIP: no CUDA device here"
+    exit 77
+  fi
+  cases=("$fixtures"/submissions/{cache_by_pointer,wrong_names,wrong_shape}.py
+    "$fixtures"/submissions_cuda/*.py)
+else
+  cases=("$fixtures"/submissions/*.py)
+fi
 rm -rf "$work" && mkdir -p "$work/problems/level2" "$work/tasks" "$work/subs"
 cp "$fixtures/linear_relu.py" "$work/problems/level2/"
 "$kiln" tasks import "$work/problems" --out "$work/imported" --report "$work/import.json" \
@@ -14,19 +25,19 @@ cp "$fixtures/linear_relu.py" "$work/problems/level2/"
 task="$work/imported/level2/kb_l2_linear_relu.toml"
 grep -q '^\[kernelbench\]' "$task" || { echo "no [kernelbench] table in $task"; exit 1; }
 # One copy of the task per case, named after it: sources:DIR reads DIR/<task>.py.
-for s in "$fixtures"/submissions/*.py; do
+for s in "${cases[@]}"; do
   case_name="$(basename "$s" .py)"
   sed "s/^name = \"kb_l2_linear_relu\"/name = \"mn_$case_name\"/" "$task" > "$work/tasks/mn_$case_name.toml"
   cp "$s" "$work/subs/mn_$case_name.py"
 done
-"$kiln" eval --policy "sources:$work/subs" --suite "$work/tasks" \
+"$kiln" eval --backend "$backend" --policy "sources:$work/subs" --suite "$work/tasks" \
   --cache-dir "$work/cache" --json "$work/eval.json" > "$work/eval.log" 2>&1 ||
   { cat "$work/eval.log"; exit 1; }
 cat "$work/eval.log" | tail -n 20
-"$python" - "$work/eval.json" <<'PY'
+"$python" - "$work/eval.json" "$backend" <<'PY'
 import json, re, sys
 rows = {r["task"][3:]: r for r in json.load(open(sys.argv[1]))[0]["tasks"]}
-want = {  # case: (outcome, pattern the reason must match)
+cpu = {  # case: (outcome, pattern the reason must match)
     "honest_load_inline": ("correct", ""),
     "zeros": ("wrong", ""),
     "cache_by_pointer": ("wrong", ""),
@@ -39,6 +50,19 @@ want = {  # case: (outcome, pattern the reason must match)
     "escape_in_forward": ("runtime_error", ""),
     "endless_forward": ("timeout", ""),
 }
+cuda = {
+    "honest_cuda": ("correct", ""),
+    # Built by the kernel host at load: the compile stage has no device.
+    "device_tensor_in_init": ("correct", ""),
+    "zeros": ("wrong", ""),
+    "cache_by_pointer": ("wrong", ""),
+    "wrong_names": ("compile_error", r"missing \[.fc.weight., .fc.bias.\].*unexpected \['linear.weight', 'linear.bias'\]"),
+    # No device at the compile stage: the first forward, at load, finds the shape.
+    "wrong_shape": ("runtime_error", r"returns shape \[64, 128\]; the task's is \[64, 96\]"),
+    "raises_in_forward": ("runtime_error", ""),
+    "side_stream": ("!correct", ""),
+}
+want = cuda if sys.argv[2] == "cuda" else cpu
 bad = []
 for case, (outcome, pattern) in want.items():
     r = rows.get(case)
@@ -46,10 +70,12 @@ for case, (outcome, pattern) in want.items():
         bad.append(f"{case}: no row")
         continue
     text = json.dumps(r)
-    if r["outcome"] != outcome or (pattern and not re.search(pattern, text)):
+    refused = outcome == "!correct" and r["outcome"] != "correct"
+    if not (refused or r["outcome"] == outcome) or (pattern and not re.search(pattern, text)):
         bad.append(f"{case}: {r['outcome']} (wanted {outcome} /{pattern}/): {text[:600]}")
 if set(rows) != set(want):
     bad.append(f"cases without an expectation: {sorted(set(rows) - set(want))}")
-print("\n".join(bad) if bad else f"kernelbench_modelnew: {len(want)} cases as expected")
+print("\n".join(bad) if bad else
+      f"kernelbench_modelnew ({sys.argv[2]}): {len(want)} cases as expected")
 sys.exit(1 if bad else 0)
 PY

@@ -32,9 +32,11 @@ The conversation behind a prompt of ids is read back from the ids, so the script
 are the same on every wire format.
 """
 import argparse
+import contextlib
 import json
 import re
 import socketserver
+import subprocess
 import sys
 import threading
 import time
@@ -248,6 +250,27 @@ def model_new(prompt, turn):
         module = module.replace("return torch.relu(self.fc(x))", "return x")
     return ("Here is the optimized architecture.\n\n```python\n" + module +
             "\n```\n\nThe kernel alone, for reading:\n\n```cpp\n// nothing to compile\n```\n")
+
+
+@contextlib.contextmanager
+def serving():
+    """This server in a process of its own, for a test's `with`: yields its port."""
+    p = subprocess.Popen([sys.executable, __file__], stdout=subprocess.PIPE, text=True)
+    try:
+        yield int(p.stdout.readline().split()[1])
+    finally:
+        p.kill()
+        p.wait()
+
+
+def kiln_eval(cmd):
+    """Runs `kiln eval ... --json OUT` (OUT last in cmd), shows its output's tail, and returns
+    the first policy's result."""
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    sys.stdout.write(p.stdout[-4000:])
+    sys.stderr.write(p.stderr[-6000:])
+    assert p.returncode == 0, "kiln eval exited %d" % p.returncode
+    return json.load(open(cmd[-1]))[0]
 
 
 def main():

@@ -6,12 +6,13 @@ and the pool compiles, verifies and times them on the device; it exits 77 (skipp
 CUDA device exists. Usage: test_llm_eval.py KILN [--backend cpu|cuda]"""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import mock_openai  # noqa: E402
 
 
 def main():
@@ -20,25 +21,13 @@ def main():
     if backend == "cuda" and not os.path.exists("/dev/nvidiactl"):
         print("skipped: no CUDA device (/dev/nvidiactl is absent)")
         sys.exit(77)
-    mock = subprocess.Popen([sys.executable, os.path.join(HERE, "mock_openai.py")],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        port = int(mock.stdout.readline().split()[1])
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "eval.json")
-            cmd = [kiln, "eval", "--policy", "llm", "--llm-endpoint", "http://127.0.0.1:%d" % port,
-                   "--llm-model", "mock", "--llm-timeout", "2", "--llm-attempts", "3",
-                   "--suite", os.path.join(ROOT, "tests", "data", "llm"), "--turns", "2",
-                   "--parallel", "10", "--backend", backend,
-                   "--cache-dir", os.path.join(tmp, "cache"), "--json", out]
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            sys.stdout.write(p.stdout[-4000:])
-            sys.stderr.write(p.stderr[-6000:])
-            assert p.returncode == 0, "kiln eval exited %d" % p.returncode
-            res = json.load(open(out))[0]
-    finally:
-        mock.kill()
-        mock.wait()
+    with mock_openai.serving() as port, tempfile.TemporaryDirectory() as tmp:
+        res = mock_openai.kiln_eval(
+            [kiln, "eval", "--policy", "llm", "--llm-endpoint", "http://127.0.0.1:%d" % port,
+             "--llm-model", "mock", "--llm-timeout", "2", "--llm-attempts", "3",
+             "--suite", os.path.join(ROOT, "tests", "data", "llm"), "--turns", "2",
+             "--parallel", "10", "--backend", backend,
+             "--cache-dir", os.path.join(tmp, "cache"), "--json", os.path.join(tmp, "eval.json")])
     rows = {t["task"]: t for t in res["tasks"]}
     print(json.dumps({k: (v["outcome"], v.get("turns"), v.get("message", "")[:80])
                       for k, v in rows.items()}, indent=1))

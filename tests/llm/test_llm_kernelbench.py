@@ -14,38 +14,28 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import mock_openai  # noqa: E402
 
 
 def main():
     kiln = sys.argv[1]
-    mock = subprocess.Popen([sys.executable, os.path.join(HERE, "mock_openai.py")],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        port = int(mock.stdout.readline().split()[1])
-        with tempfile.TemporaryDirectory() as tmp:
-            problems = os.path.join(tmp, "problems", "level2")
-            os.makedirs(problems)
-            shutil.copy(os.path.join(ROOT, "tests", "data", "kernelbench", "modelnew",
-                                     "linear_relu.py"), problems)
-            shutil.copy(os.path.join(problems, "linear_relu.py"),
-                        os.path.join(problems, "linear_relu_fix.py"))
-            imp = subprocess.run([kiln, "tasks", "import", os.path.dirname(problems), "--out",
-                                  os.path.join(tmp, "tasks")], capture_output=True, text=True,
-                                 timeout=600)
-            assert imp.returncode == 0, imp.stdout[-3000:] + imp.stderr[-3000:]
-            out = os.path.join(tmp, "eval.json")
-            cmd = [kiln, "eval", "--policy", "llm", "--llm-answer-format", "kernelbench",
-                   "--llm-endpoint", "http://127.0.0.1:%d" % port, "--llm-model", "mock",
-                   "--suite", os.path.join(tmp, "tasks"), "--turns", "2",
-                   "--cache-dir", os.path.join(tmp, "cache"), "--json", out]
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            sys.stdout.write(p.stdout[-4000:])
-            sys.stderr.write(p.stderr[-4000:])
-            assert p.returncode == 0, "kiln eval exited %d" % p.returncode
-            res = json.load(open(out))[0]
-    finally:
-        mock.kill()
-        mock.wait()
+    with mock_openai.serving() as port, tempfile.TemporaryDirectory() as tmp:
+        problems = os.path.join(tmp, "problems", "level2")
+        os.makedirs(problems)
+        shutil.copy(os.path.join(ROOT, "tests", "data", "kernelbench", "modelnew",
+                                 "linear_relu.py"), problems)
+        shutil.copy(os.path.join(problems, "linear_relu.py"),
+                    os.path.join(problems, "linear_relu_fix.py"))
+        imp = subprocess.run([kiln, "tasks", "import", os.path.dirname(problems), "--out",
+                              os.path.join(tmp, "tasks")], capture_output=True, text=True,
+                             timeout=600)
+        assert imp.returncode == 0, imp.stdout[-3000:] + imp.stderr[-3000:]
+        res = mock_openai.kiln_eval(
+            [kiln, "eval", "--policy", "llm", "--llm-answer-format", "kernelbench",
+             "--llm-endpoint", "http://127.0.0.1:%d" % port, "--llm-model", "mock",
+             "--suite", os.path.join(tmp, "tasks"), "--turns", "2",
+             "--cache-dir", os.path.join(tmp, "cache"), "--json", os.path.join(tmp, "eval.json")])
     rows = {t["task"]: t for t in res["tasks"]}
     print(json.dumps({k: (v["outcome"], v.get("turns"), v.get("message", "")[:100])
                       for k, v in rows.items()}, indent=1))

@@ -120,6 +120,18 @@ TEST_CASE("a ModelNew module is the kernelbench kind, only for tasks with a [ker
   CHECK(r->source == module); // the marker is not Python's: line numbers stay the file's
   CHECK(r->plan_json.find(R"("outputs":[{"dtype":"float32","name":"y","shape":[4,8]}])") !=
         std::string::npos);
+  CHECK(r->plan_json.find(R"("device":"cpu")") != std::string::npos);
   CHECK(loader_of(kb, backend_kind::cpu) == artifact_loader::kernelbench_module);
   CHECK(needs_python(artifact_loader::kernelbench_module));
+  CHECK_FALSE(needs_cuda(artifact_loader::kernelbench_module));
+  // On cuda the same kind, its own loader: a Python host on the device.
+  auto rc = prepare_submission(text, t, backend_kind::cuda);
+  REQUIRE_MESSAGE(rc, rc.message());
+  CHECK(rc->plan_json.find(R"("device":"cuda")") != std::string::npos);
+  CHECK(loader_of(kb, backend_kind::cuda) == artifact_loader::kernelbench_module_cuda);
+  CHECK(needs_python(artifact_loader::kernelbench_module_cuda));
+  CHECK(needs_cuda(artifact_loader::kernelbench_module_cuda));
+  CHECK(artifact_loader_from("kernelbench-module-cuda") ==
+        artifact_loader::kernelbench_module_cuda);
+  CHECK(&default_source_kind(backend_kind::cuda) == &info(submission_kind::cuda_source));
 }
