@@ -2,6 +2,7 @@
 // table. kiln tasks import: hands over to tools/kernelbench_import.py.
 #include "app/commands.hpp"
 #include "app/task_table.hpp"
+#include "compile/torch_python.hpp"
 #include "data/reference.hpp"
 #include "data/task_set.hpp"
 #include "data/task_validate.hpp"
@@ -13,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <sys/wait.h>
 #include <unistd.h>
 
 namespace kiln {
@@ -78,33 +78,11 @@ std::filesystem::path importer_script(const std::filesystem::path& exe) {
   return std::filesystem::path(KILN_SOURCE_DIR) / "tools" / name;
 }
 
-// True when `python` starts and imports torch (its stdout / stderr silenced).
-bool python_has_torch(const std::string& python) {
-  pid_t pid = fork();
-  if (pid < 0) return false;
-  if (pid == 0) {
-    if (FILE* null = std::fopen("/dev/null", "w")) {
-      dup2(fileno(null), 1);
-      dup2(fileno(null), 2);
-    }
-    execlp(python.c_str(), python.c_str(), "-c", "import torch", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
-// KILN_PYTHON, else the first of `python3` on PATH (an activated venv's, as on the GPU machine)
-// and Debian's /usr/bin/python3 that has PyTorch; with neither, Debian's, whose importer then
+// The Python with PyTorch (compile/torch_python.hpp); with none, Debian's, whose importer then
 // says what is missing.
 std::string importer_python() {
-  const char* env = std::getenv("KILN_PYTHON");
-  if (env && *env) return env;
-  for (const char* p : {"python3", "/usr/bin/python3"})
-    if (python_has_torch(p)) return p;
-  return "/usr/bin/python3";
+  const auto& py = find_torch_python();
+  return py.executable.empty() ? "/usr/bin/python3" : py.executable;
 }
 
 } // namespace

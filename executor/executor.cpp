@@ -2,6 +2,7 @@
 // thread exists (namespaces and landlock bind the calling thread and its future children only).
 #include "executor/executor.hpp"
 
+#include "compile/torch_python.hpp"
 #include "data/reference.hpp"
 #include "data/task_check.hpp"
 #include "data/task_hash.hpp"
@@ -72,11 +73,13 @@ struct job_runner::impl {
   // spare is started before its job's kind is known.
   expected<std::unique_ptr<kernel_host>> take_host(artifact_loader loader) {
     if (needs_python(loader)) {
-      if (host_opts.python_library.empty())
-        return error{"this executor has no Python for ModelNew submissions (kiln was built "
-                     "without Python 3 development files; set KILN_PYTHON_LIBRARY)"};
+      const auto& py = find_torch_python();
+      if (py.library.empty())
+        return error{"this executor cannot run ModelNew submissions: " + py.why_none};
       auto o = host_opts;
       o.python = true;
+      o.python_library = py.library;
+      o.python_path = py.sys_path;
       return kernel_host::start(o);
     }
     if (spares.empty()) return kernel_host::start(host_opts);
@@ -400,7 +403,6 @@ int executor_main(const executor_args& args) {
   ho.address_space_mib = args.address_space_mib;
   ho.file_size_mib = args.file_size_mib;
   ho.cgroup_parent = args.cgroup;
-  ho.python_library = default_python_library();
   // One spare unless asked: three on the H100 gave no more verify jobs per second than one
   // had (docs/BENCHMARKS.md, session 20), and each cuda spare holds a context's memory.
   int spares = args.spare_hosts > 0 ? args.spare_hosts : 1;

@@ -62,11 +62,6 @@ std::string signal_text(int sig) {
 
 } // namespace
 
-std::string default_python_library() {
-  if (const char* env = std::getenv("KILN_PYTHON_LIBRARY"); env && *env) return env;
-  return KILN_PYTHON_LIBRARY;
-}
-
 std::string default_kernel_host_binary(const std::string& kiln_path, bool cuda) {
   if (const char* env = std::getenv(cuda ? "KILN_KERNEL_HOST_CUDA" : "KILN_KERNEL_HOST");
       env && *env)
@@ -112,6 +107,10 @@ expected<std::unique_ptr<kernel_host>> kernel_host::start(const kernel_host_opti
   if (opts.python) {
     args.push_back("--python");
     args.push_back(opts.python_library);
+    std::string path;
+    for (const auto& p : opts.python_path) path += (path.empty() ? "" : ":") + p;
+    args.push_back("--python-path");
+    args.push_back(path);
   }
   if (drop) args.push_back("--drop-privileges");
   if (!opts.landlock) args.push_back("--no-landlock");

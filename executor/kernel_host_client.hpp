@@ -35,8 +35,10 @@ struct kernel_host_options {
   double start_timeout_s = 30;
   bool keep_stderr = false;  // the host's stderr to ours (debugging) instead of /dev/null
   std::string cgroup_parent; // each host gets a cgroup folder here ("" = none)
-  // libpython for hosts that run ModelNew submissions; `python` starts this host with it.
+  // libpython and its sys.path for hosts that run ModelNew submissions (compile/torch_python.hpp);
+  // `python` starts this host with them.
   std::string python_library;
+  std::vector<std::string> python_path;
   bool python = false;
 };
 
@@ -128,8 +130,6 @@ std::string describe(const kh_reply& ready);
 // Where kiln-kernel-host (cpu) or kiln-kernel-host-cuda lies: beside the kiln binary at
 // `kiln_path` (or $KILN_KERNEL_HOST / $KILN_KERNEL_HOST_CUDA). Two binaries, because loading the
 // CUDA libraries costs a cpu host ~80 ms and 150 MB per job.
-// KILN_PYTHON_LIBRARY, else the libpython kiln was built against ("" when none).
-std::string default_python_library();
 std::string default_kernel_host_binary(const std::string& kiln_path, bool cuda);
 
 } // namespace kiln

@@ -50,6 +50,7 @@ struct host_args {
   int64_t address_space_mib = 16384;
   int64_t file_size_mib = 64;
   std::string python_library; // --python: a host for ModelNew submissions (python_host.hpp)
+  std::string python_path;    // --python-path: the interpreter's sys.path, ':'-separated
 };
 
 [[noreturn]] void die(const char* what) {
@@ -89,6 +90,8 @@ std::optional<host_args> parse(int argc, char** argv) {
       a.file_size_mib = std::atoll(v);
     } else if (k == "--python") {
       a.python_library = v;
+    } else if (k == "--python-path") {
+      a.python_path = v;
     } else {
       return std::nullopt;
     }
@@ -304,7 +307,9 @@ int main(int argc, char** argv) {
   if (!a.python_library.empty()) {
     // Trusted code (the system's interpreter and torch) before the sandbox; the submission's
     // code runs only at load, inside it.
-    if (auto st = start_python_host(a.python_library, std::max(1, a.threads), a.cuda_device); !st)
+    if (auto st = start_python_host(a.python_library, a.python_path, std::max(1, a.threads),
+                                    a.cuda_device);
+        !st)
       die(st.message().c_str());
     for (auto& d : python_host_read_paths()) paths.read_exec.push_back(d);
   } else if (a.cuda_device < 0) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <optional>
 
 namespace kiln {
 
@@ -50,7 +51,24 @@ std::string status_args() { return hex(py.status) + ", " + std::to_string(sizeof
 
 } // namespace
 
-status start_python_host(const std::string& library, int threads, int cuda_device) {
+// `sys.path[:] = [...]` for a ':'-separated list; nullopt for a folder a literal cannot hold.
+static std::optional<std::string> sys_path_statement(const std::string& dirs) {
+  std::string list;
+  for (size_t at = 0; at <= dirs.size();) {
+    size_t end = dirs.find(':', at);
+    if (end == std::string::npos) end = dirs.size();
+    std::string d = dirs.substr(at, end - at);
+    at = end + 1;
+    if (d.empty()) continue;
+    for (char c : d)
+      if (c == '\'' || c == '\\' || static_cast<unsigned char>(c) < ' ') return std::nullopt;
+    list += "'" + d + "',";
+  }
+  return "import sys\nsys.path[:] = [" + list + "]\n";
+}
+
+status start_python_host(const std::string& library, const std::string& sys_path, int threads,
+                         int cuda_device) {
   void* lib = dlopen(library.c_str(), RTLD_NOW | RTLD_GLOBAL);
   if (!lib) return error{"cannot open the Python library " + library + ": " + dlerror()};
   auto init = reinterpret_cast<initialize_fn>(dlsym(lib, "Py_InitializeEx"));
@@ -64,6 +82,11 @@ status start_python_host(const std::string& library, int threads, int cuda_devic
   // the executor refuses as work after the reply.
   setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   init(0); // no signal handlers: the host's own stay
+  if (!sys_path.empty()) {
+    auto set_path = sys_path_statement(sys_path);
+    if (!set_path || py.run(set_path->c_str(), nullptr) != 0)
+      return error{"cannot set the interpreter's sys.path to " + sys_path};
+  }
   if (py.run(kernelbench_host_py, nullptr) != 0)
     return error{"the host script fails to start (is torch importable by " + library + "?)"};
   return run("_kiln_start(" + std::to_string(threads) + ", " + std::to_string(cuda_device) + ")",

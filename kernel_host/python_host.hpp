@@ -13,9 +13,11 @@
 namespace kiln {
 
 // Before the sandbox: dlopen `library`, start the interpreter (no user site, no bytecode
-// written), import torch with `threads` threads and, for cuda_device >= 0, start its CUDA state
-// on that device (in the primary context the host opened).
-status start_python_host(const std::string& library, int threads, int cuda_device);
+// written) with `sys_path` (':'-separated: a venv's site-packages reach an embedded interpreter
+// only this way; "" keeps its own), import torch with `threads` threads and, for
+// cuda_device >= 0, start its CUDA state on that device (in the primary context the host opened).
+status start_python_host(const std::string& library, const std::string& sys_path, int threads,
+                         int cuda_device);
 bool python_host_started();
 // The folders the interpreter reads (its prefix, sys.path): landlock must allow them.
 std::vector<std::string> python_host_read_paths();

@@ -11,6 +11,7 @@
 //   text + task --prepare: spec.json--> compile request --build (python, sandboxed)--> kernel.kb
 #include "submission/submission_kind.hpp"
 
+#include "compile/torch_python.hpp"
 #include "submission/kernelbench_build_py.hpp" // generated: the build script's text
 
 #include <algorithm>
@@ -26,12 +27,6 @@ using json = nlohmann::json;
 
 constexpr std::size_t max_source_bytes = std::size_t{1} << 20;
 constexpr const char* kernelbench_marker = "#! kiln-source kernelbench";
-
-// The interpreter with the system's torch: KILN_PYTHON, else the one kiln was built against.
-std::string python_executable() {
-  if (const char* env = std::getenv("KILN_PYTHON"); env && *env) return env;
-  return KILN_PYTHON;
-}
 
 json shapes(const std::vector<tensor_decl>& decls) {
   json out = json::array();
@@ -73,10 +68,9 @@ expected<compile_request> prepare(const std::string& text, const task& spec, bac
 }
 
 expected<built_artifact> build(const compile_request& r, const build_options& opts) {
-  std::string python = python_executable();
-  if (python.empty())
-    return error{"kiln was built without Python 3 development files: ModelNew submissions need "
-                 "the system's python3 with torch (set KILN_PYTHON)"};
+  const auto& py = find_torch_python();
+  if (py.executable.empty()) return error{"ModelNew build: " + py.why_none};
+  const std::string& python = py.executable;
   cpu_compile_options o = opts.host;
   o.compiler = python;
   o.identity_args = {"-c", "import sys, torch; print('python', sys.version.split()[0], 'torch', "
