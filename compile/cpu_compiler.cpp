@@ -277,6 +277,7 @@ expected<cpu_artifact> compile_cpu(const std::string& source, const cpu_compile_
   if (opts.sandbox) {
     landlock_paths paths;
     paths.read_exec = system_read_paths();
+    paths.read_exec.insert(paths.read_exec.end(), opts.read_paths.begin(), opts.read_paths.end());
     paths.read_write = {*job_dir, "/dev/null"};
     rules = prepare_landlock(paths);
     if (rules) limits.landlock = &*rules;

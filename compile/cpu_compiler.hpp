@@ -35,6 +35,8 @@ struct cpu_compile_options {
   std::vector<std::string> identity_args = {"--version"};     // compiler + these: the identity line
   std::vector<std::pair<std::string, std::string>> job_files; // name -> text, also keyed
   std::string artifact_extension = ".so";
+  // Folders the builder reads beyond the system's (a Python's venv): landlock allows them.
+  std::vector<std::string> read_paths;
 };
 
 struct cpu_artifact {

@@ -10,7 +10,7 @@ namespace kiln {
 
 namespace {
 
-// What `python` prints for the probe, or nullopt-like "" when it fails (no torch, no python).
+// Runs the probe in `python`: false when it fails (no such Python, or no torch in it).
 bool probe(const std::string& python, std::string& out) {
   // -I: the interpreter as a kernel host will see it (no user site, no PYTHON* variables).
   std::string cmd = "'" + python +
@@ -18,7 +18,10 @@ bool probe(const std::string& python, std::string& out) {
                     "lib = sysconfig.get_config_var(\"INSTSONAME\") or \"\"\n"
                     "d = sysconfig.get_config_var(\"LIBDIR\") or \"\"\n"
                     "print(os.path.join(d, lib) if lib else \"\")\n"
-                    "print(\"\\n\".join(p for p in sys.path if os.path.isabs(p)))' 2>/dev/null";
+                    "print(\"\\n\".join(p for p in sys.path if os.path.isabs(p)))\n"
+                    "print(\"--\")\n"
+                    "print(\"\\n\".join({sys.prefix, sys.base_prefix, sys.exec_prefix}))' "
+                    "2>/dev/null";
   if (python.find('\'') != std::string::npos) return false;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return false;
@@ -43,16 +46,20 @@ torch_python discover_torch_python() {
     if (!probe(c, out)) continue;
     t.executable = c;
     size_t at = 0;
+    bool prefixes = false;
     for (size_t line = 0; at <= out.size(); ++line) {
       size_t nl = out.find('\n', at);
       if (nl == std::string::npos) nl = out.size();
       std::string s = out.substr(at, nl - at);
       if (line == 0)
         t.library = s;
+      else if (s == "--")
+        prefixes = true;
       else if (!s.empty())
-        t.sys_path.push_back(s);
+        (prefixes ? t.folders : t.sys_path).push_back(s);
       at = nl + 1;
     }
+    t.folders.insert(t.folders.end(), t.sys_path.begin(), t.sys_path.end());
     break;
   }
   if (const char* env = std::getenv("KILN_PYTHON_LIBRARY"); env && *env) t.library = env;

@@ -18,6 +18,8 @@ struct torch_python {
   std::string library;
   // Its sys.path: an embedded interpreter knows nothing of a venv, so it is given this.
   std::vector<std::string> sys_path;
+  // What it reads: sys.path and its prefixes (a venv's pyvenv.cfg, bin/): a sandbox allows them.
+  std::vector<std::string> folders;
   std::string why_none; // when executable or library is "": what was looked for
 };
 

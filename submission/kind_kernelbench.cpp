@@ -77,6 +77,7 @@ expected<built_artifact> build(const compile_request& r, const build_options& op
                            "torch.__version__)"};
   // -I: isolated (no user site, no PYTHON* variables); -B: no bytecode files.
   o.command = {python, "-I", "-B", "build.py"};
+  o.read_paths = py.folders; // a venv's torch (the GPU machine's) lies outside the system's
   o.source_extension = ".py";
   std::string spec_json = r.plan_json;
   if (r.backend == backend_kind::cuda) {

@@ -24,6 +24,8 @@ TEST_CASE("the Python with torch is found, with its libpython and the sys.path t
     has_torch = has_torch || std::filesystem::exists(std::filesystem::path(d) / "torch");
   }
   CHECK(has_torch);
+  // What a sandbox must let it read: its sys.path and its prefix.
+  CHECK(py.folders.size() > py.sys_path.size());
 }
 
 TEST_CASE("KILN_PYTHON names the Python; one without torch is refused with the reason") {
