@@ -86,10 +86,10 @@ if not isinstance(model_new, type) or not issubclass(model_new, torch.nn.Module)
     fail("the submission defines no class ModelNew(torch.nn.Module)")
 try:
     model = model_new(*kb["init_inputs"])
-except BaseException as e:
-    # A ModelNew that makes cuda tensors in __init__ cannot be built without the device: the
-    # kernel host builds it at load and checks it there.
-    if not (cuda and ("CUDA" in str(e) or "NVIDIA" in str(e))):
+except BaseException:
+    # On cuda a ModelNew that makes device tensors in __init__ cannot be built without the
+    # device: the kernel host builds it at load and says there why it fails, if it does.
+    if not cuda:
         fail(f"ModelNew(*{kb['init_inputs']!r}) fails (the problem's get_init_inputs()):\n" +
              short_trace())
     model = None

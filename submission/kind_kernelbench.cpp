@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -78,6 +79,11 @@ expected<built_artifact> build(const compile_request& r, const build_options& op
   // -I: isolated (no user site, no PYTHON* variables); -B: no bytecode files.
   o.command = {python, "-I", "-B", "build.py"};
   o.read_paths = py.folders; // a venv's torch (the GPU machine's) lies outside the system's
+  // load_inline compiles with $CC / $CXX (nvcc: -ccbin $CC): a toolchain outside /usr (the GPU
+  // machine's /opt/gcc) is read from its prefix.
+  for (const char* var : {"CC", "CXX", "CUDAHOSTCXX"})
+    if (const char* v = std::getenv(var); v && v[0] == '/')
+      o.read_paths.push_back(std::filesystem::path(v).parent_path().parent_path().string());
   o.source_extension = ".py";
   std::string spec_json = r.plan_json;
   if (r.backend == backend_kind::cuda) {

@@ -115,7 +115,8 @@ step_import_tests() {
 step_modelnew() {
   local d="$out/modelnew"
   rm -rf "$d" && mkdir -p "$d"
-  "$bin" tasks import tests/data/kernelbench --out "$d/tasks" --report "$d/import.json" \
+  "$bin" tasks import tests/data/kernelbench/level{1,2,3} --out "$d/tasks" --jobs 12 \
+    --report "$d/import.json" \
     > "$d/import.log" 2>&1
   tail -n 3 "$d/import.log"
   python3 tools/modelnew_from_model.py "$d/tasks" --out "$d/subs" &&

@@ -72,7 +72,8 @@ for case, (outcome, pattern) in want.items():
     text = json.dumps(r)
     refused = outcome == "!correct" and r["outcome"] != "correct"
     if not (refused or r["outcome"] == outcome) or (pattern and not re.search(pattern, text)):
-        bad.append(f"{case}: {r['outcome']} (wanted {outcome} /{pattern}/): {text[:600]}")
+        bad.append(f"{case}: {r['outcome']} (wanted {outcome} /{pattern}/): {text[:300]} ... "
+                   f"{r.get('message', '')[-1500:]}")
 if set(rows) != set(want):
     bad.append(f"cases without an expectation: {sorted(set(rows) - set(want))}")
 print("\n".join(bad) if bad else
