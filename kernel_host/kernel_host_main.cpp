@@ -247,7 +247,7 @@ kh_reply call(host_state& s, const kh_command& c, bool empty) {
         if (!st) entry_failure = st.message();
         return st;
       },
-      &sticky);
+      &sticky, python_host_started());
   if (!t) {
     bool entry = !entry_failure.empty() && t.message() == entry_failure;
     return reply_to(c, entry ? kh_code::kernel_failed : kh_code::device_error,

@@ -373,10 +373,12 @@ struct timing_events {
 
 } // namespace
 
-expected<cuda_call_time> cuda_timed_call(const std::function<status()>& call, bool* sticky) {
+expected<cuda_call_time> cuda_timed_call(const std::function<status()>& call, bool* sticky,
+                                         bool settle_start) {
   static timing_events ev;
   if (sticky) *sticky = false;
   cudaEventRecord(ev.start, nullptr);
+  if (settle_start) cudaEventSynchronize(ev.start);
   auto st = call();
   cudaEventRecord(ev.stop, nullptr);
   cudaError_t launch = cudaGetLastError();

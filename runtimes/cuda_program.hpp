@@ -62,6 +62,11 @@ struct cuda_call_time {
 // Runs `call` between events on the legacy default stream, synchronizes the whole device, then
 // records a third event: work still running when the stream was done shows as the residual. An
 // error names the CUDA error (a kernel fault); `sticky` is set when the context is damaged.
-expected<cuda_call_time> cuda_timed_call(const std::function<status()>& call, bool* sticky);
+// `settle_start`: wait until the device has passed the start event before calling, so the events
+// also hold the CPU time between the call's launches (a ModelNew's Python and torch dispatch,
+// which the executor's clock sees); otherwise a start event recorded on an idle device may be
+// stamped only when the first launch reaches it.
+expected<cuda_call_time> cuda_timed_call(const std::function<status()>& call, bool* sticky,
+                                         bool settle_start = false);
 
 } // namespace kiln
