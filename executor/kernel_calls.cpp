@@ -174,7 +174,8 @@ std::optional<check_result> call_kernel(job_context& c, const std::vector<at::Te
   switch (r.code) {
   case kh_code::ok: break;
   case kh_code::kernel_failed:
-    return failure(outcome_kind::runtime_error, "the entry point returned non-zero");
+    return failure(outcome_kind::runtime_error, r.text.empty() ? "the entry point returned non-zero"
+                                                               : "the call failed: " + r.text);
   case kh_code::device_error:
     return failure(outcome_kind::runtime_error, "device error: " + r.text);
   case kh_code::load_failed:

@@ -234,7 +234,8 @@ kh_reply call(host_state& s, const kh_command& c, bool empty) {
     if (empty) return reply_to(c, kh_code::ok);
     if (!s.kernel) return reply_to(c, kh_code::bad_command, "nothing loaded");
     auto st = s.kernel->run(s.in, s.par, s.out);
-    return reply_to(c, st ? kh_code::ok : kh_code::kernel_failed);
+    if (st) return reply_to(c, kh_code::ok);
+    return reply_to(c, kh_code::kernel_failed, python_host_started() ? st.message() : "");
   }
 #ifdef KILN_HAVE_CUDA
   if (!empty && !s.kernel) return reply_to(c, kh_code::bad_command, "nothing loaded");
@@ -250,8 +251,8 @@ kh_reply call(host_state& s, const kh_command& c, bool empty) {
       &sticky, python_host_started());
   if (!t) {
     bool entry = !entry_failure.empty() && t.message() == entry_failure;
-    return reply_to(c, entry ? kh_code::kernel_failed : kh_code::device_error,
-                    entry ? std::string() : t.message());
+    if (!entry) return reply_to(c, kh_code::device_error, t.message());
+    return reply_to(c, kh_code::kernel_failed, python_host_started() ? entry_failure : "");
   }
   auto r = reply_to(c, kh_code::ok);
   // Fault injection for tests: a host that under-reports, as a compromised one would.

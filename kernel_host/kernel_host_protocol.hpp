@@ -54,9 +54,11 @@ constexpr unsigned long kh_command_bytes(uint32_t n) {
 
 enum class kh_code : int32_t {
   ok = 0,
-  kernel_failed = 1, // the entry point returned non-zero (its value is not reported: a channel)
-  load_failed = 2,   // text says why (dlopen's message, a plan that does not match)
-  device_error = 3,  // text names the CUDA error
+  // The entry point returned non-zero (its value is not reported: a channel); a ModelNew's
+  // forward raised (text: the exception, what a KernelBench agent is told).
+  kernel_failed = 1,
+  load_failed = 2,  // text says why (dlopen's message, a plan that does not match)
+  device_error = 3, // text names the CUDA error
   bad_command = 4,
 };
 

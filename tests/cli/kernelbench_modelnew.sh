@@ -13,7 +13,7 @@ if [ "$backend" = cuda ]; then
     echo "SKIP: no CUDA device here"
     exit 77
   fi
-  cases=("$fixtures"/submissions/{cache_by_pointer,wrong_names,wrong_shape}.py
+  cases=("$fixtures"/submissions/{cache_by_pointer,wrong_names,wrong_shape,secret_in_forward}.py
     "$fixtures"/submissions_cuda/*.py)
 else
   cases=("$fixtures"/submissions/*.py)
@@ -46,9 +46,14 @@ cpu = {  # case: (outcome, pattern the reason must match)
     "no_model_new": ("compile_error", r"defines no class ModelNew"),
     "syntax_error": ("compile_error", r"submission.py:3: syntax error"),
     "wrong_shape": ("compile_error", r"returns shape \[64, 128\]; the task's is \[64, 96\]"),
-    "thread_in_forward": ("runtime_error", ""),
-    "escape_in_forward": ("runtime_error", ""),
+    # Why a forward failed is said (the exception), as KernelBench tells its agents.
+    "thread_in_forward": ("runtime_error", r"ModelNew's forward: RuntimeError: can't start new thread"),
+    "escape_in_forward": ("runtime_error", r"RuntimeError: every escape was denied"),
     "endless_forward": ("timeout", ""),
+    # A file the sandbox denies, raised as an exception: the denial comes back, never the file.
+    "secret_at_import": ("compile_error", r"Permission denied: '/etc/passwd'"),
+    "secret_in_forward": ("runtime_error", r"Permission denied: '/etc/passwd'"),
+    "writes_input": ("input_mutated", ""),
 }
 cuda = {
     "honest_cuda": ("correct", ""),
@@ -59,8 +64,9 @@ cuda = {
     "wrong_names": ("compile_error", r"missing \[.fc.weight., .fc.bias.\].*unexpected \['linear.weight', 'linear.bias'\]"),
     # No device at the compile stage: the first forward, at load, finds the shape.
     "wrong_shape": ("runtime_error", r"returns shape \[64, 128\]; the task's is \[64, 96\]"),
-    "raises_in_forward": ("runtime_error", ""),
+    "raises_in_forward": ("runtime_error", r"ModelNew's forward: RuntimeError: deliberate"),
     "side_stream": ("!correct", ""),
+    "secret_in_forward": ("runtime_error", r"Permission denied: '/etc/passwd'"),
 }
 want = cuda if sys.argv[2] == "cuda" else cpu
 bad = []
@@ -74,6 +80,9 @@ for case, (outcome, pattern) in want.items():
     if not (refused or r["outcome"] == outcome) or (pattern and not re.search(pattern, text)):
         bad.append(f"{case}: {r['outcome']} (wanted {outcome} /{pattern}/): {text[:300]} ... "
                    f"{r.get('message', '')[-1500:]}")
+leaked = [c for c, r in rows.items() if "root:x:0:0" in json.dumps(r)]
+if leaked:
+    bad.append(f"a file's text came back in: {leaked}")
 if set(rows) != set(want):
     bad.append(f"cases without an expectation: {sorted(set(rows) - set(want))}")
 print("\n".join(bad) if bad else

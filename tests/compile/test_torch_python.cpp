@@ -28,7 +28,7 @@ TEST_CASE("the Python with torch is found, with its libpython and the sys.path t
   CHECK(py.folders.size() > py.sys_path.size());
 }
 
-TEST_CASE("KILN_PYTHON names the Python; one without torch is refused with the reason") {
+TEST_CASE("KILN_PYTHON names the Python, and one without torch is refused with the reason") {
   setenv("KILN_PYTHON", "/nonexistent/python3", 1);
   auto py = discover_torch_python();
   unsetenv("KILN_PYTHON");
