@@ -5,6 +5,7 @@
 #include "data/op_vocab.hpp"
 #include "data/task_check.hpp"
 #include "data/task_hash.hpp"
+#include "data/utf8.hpp"
 #include "kiln/embedded_config.hpp"
 #include "learner/model_policy.hpp"
 #include "rollout/grammar_state.hpp"
@@ -285,9 +286,9 @@ eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, u
     r.beyond_roofline = o.time->beyond_roofline;
     r.sm_mhz = o.time->clocks.sm_mhz;
     r.throttled = o.time->clocks.throttled;
-    if (r.beyond_roofline || r.throttled) r.message = o.message.substr(0, 300);
+    if (r.beyond_roofline || r.throttled) r.message = utf8_middle_cut(utf8_valid(o.message), 600);
   } else
-    r.message = o.message.substr(0, 300);
+    r.message = utf8_middle_cut(utf8_valid(o.message), 600);
   return r;
 }
 

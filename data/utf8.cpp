@@ -68,4 +68,11 @@ std::string utf8_tail(std::string_view s, size_t max_bytes) {
   return std::string(s.substr(start));
 }
 
+std::string utf8_middle_cut(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return std::string(s);
+  std::string head = utf8_head(s, max_bytes / 2), tail = utf8_tail(s, max_bytes / 2);
+  return head + "\n[... " + std::to_string(s.size() - head.size() - tail.size()) +
+         " characters cut ...]\n" + tail;
+}
+
 } // namespace kiln

@@ -19,4 +19,8 @@ size_t utf8_floor(std::string_view s, size_t n);
 std::string utf8_head(std::string_view s, size_t max_bytes);
 std::string utf8_tail(std::string_view s, size_t max_bytes);
 
+// `s` itself when it fits max_bytes, else its head and its tail with a line saying how much was
+// cut between them: logs and tracebacks put the first error first and the reason last.
+std::string utf8_middle_cut(std::string_view s, size_t max_bytes);
+
 } // namespace kiln

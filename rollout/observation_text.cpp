@@ -14,15 +14,6 @@ std::string num(double v, const char* fmt = "%.4g") {
   return b;
 }
 
-// The head and the tail of a long log: compilers put the first error first, the summary last.
-std::string trimmed(const std::string& s, size_t max_chars) {
-  if (s.size() <= max_chars) return s;
-  size_t half = max_chars / 2;
-  std::string head = utf8_head(s, half), tail = utf8_tail(s, half);
-  return head + "\n[... " + std::to_string(s.size() - head.size() - tail.size()) +
-         " characters cut ...]\n" + tail;
-}
-
 } // namespace
 
 std::string observation_text(const outcome& o, double speedup_eager,
@@ -39,7 +30,8 @@ std::string observation_text(const outcome& o, double speedup_eager,
         s += " Speedup over torch.compile: " + num(*speedup_compile, "%.3f") + "x.";
       s += "\n";
     }
-    if (!o.message.empty()) s += "Note: " + trimmed(utf8_valid(o.message), max_log_chars) + "\n";
+    if (!o.message.empty())
+      s += "Note: " + utf8_middle_cut(utf8_valid(o.message), max_log_chars) + "\n";
     s += "Make it faster if you can; answer with the whole program again.\n";
     return s;
   case outcome_kind::wrong:
@@ -54,7 +46,7 @@ std::string observation_text(const outcome& o, double speedup_eager,
     break;
   default: break;
   }
-  if (!o.message.empty()) s += trimmed(utf8_valid(o.message), max_log_chars) + "\n";
+  if (!o.message.empty()) s += utf8_middle_cut(utf8_valid(o.message), max_log_chars) + "\n";
   s += "Fix the program; answer with the whole program again.\n";
   return s;
 }

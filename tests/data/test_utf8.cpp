@@ -43,3 +43,18 @@ TEST_CASE("utf8_head and utf8_tail never split a code point") {
     CHECK_NOTHROW(nlohmann::json(utf8_tail(s, n)).dump());
   }
 }
+
+TEST_CASE(
+    "utf8_middle_cut keeps the head and the tail (a traceback's reason) and says how much went") {
+  CHECK(utf8_middle_cut("short", 10) == "short");
+  std::string trace = "Traceback (most recent call last):\n" + std::string(500, 'x') +
+                      "\nPermissionError: [Errno 13] Permission denied";
+  auto cut = utf8_middle_cut(trace, 120);
+  CHECK(cut.rfind("Traceback", 0) == 0);
+  CHECK(cut.find("Permission denied") != std::string::npos);
+  CHECK(cut.find("characters cut") != std::string::npos);
+  // A cut never splits a code point: 3-byte characters either side.
+  std::string wide;
+  for (int i = 0; i < 100; ++i) wide += "\xE2\x82\xAC";
+  CHECK(utf8_valid(utf8_middle_cut(wide, 50)) == utf8_middle_cut(wide, 50));
+}
