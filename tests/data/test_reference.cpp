@@ -301,7 +301,31 @@ TEST_CASE("degenerate tasks are flagged") {
     auto r = check_degeneracy(one_op("mul", {{64, 64}}, {{"scalar", 1e-6}}), cpu);
     REQUIRE(r);
     CHECK(r->degenerate);
-    CHECK(r->reason.find("all-zeros kernel passes") != std::string::npos);
+    CHECK(r->reason.find("all-zeros output is within tolerance on 100.00%") != std::string::npos);
+  }
+  SUBCASE("zeros within tolerance on all but a few elements: refused, naming an atol that works") {
+    // KernelBench's softmax over 16,384 columns: almost every probability is below 1e-3.
+    auto t = one_op("softmax", {{4, 16384}}, {{"dim", int64_t{1}}});
+    t.inputs[0].init = init_kind::normal;
+    auto ok = check_degeneracy(t, cpu);
+    REQUIRE(ok);
+    CHECK_FALSE(ok->degenerate); // at the default 1e-4 zeros miss on a good share
+    t.tol.atol = t.tol.rtol = 1e-3;
+    auto r = check_degeneracy(t, cpu);
+    REQUIRE(r);
+    CHECK(r->degenerate);
+    CHECK(r->reason.find("all-zeros output is within tolerance on 99.") != std::string::npos);
+    CHECK(r->reason.find("would need atol below") != std::string::npos);
+  }
+  SUBCASE("one constant within tolerance on all but a few elements") {
+    // exp of inputs in [0, 1e-3): every value is 1 + a little, nearly one constant.
+    auto t = one_op("exp", {{64, 64}});
+    t.inputs[0].scale = 1e-3;
+    t.tol.atol = t.tol.rtol = 4e-4;
+    auto r = check_degeneracy(t, cpu);
+    REQUIRE(r);
+    CHECK(r->degenerate);
+    CHECK(r->reason.find("constant-fill kernel") != std::string::npos);
   }
   SUBCASE("the max of many uniform samples is near-constant") {
     auto r = check_degeneracy(one_op("amax", {{4, 1 << 16}}, {{"dim", int64_t{1}}}), cpu);
