@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double now_ms() {
+double host_clock_ms() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
@@ -170,7 +170,7 @@ expected<std::unique_ptr<kernel_host>> kernel_host::start(const kernel_host_opti
   if (clock_getcpuclockid(pid, &h->cpu_clock_) != 0)
     return error{"kernel host: no CPU clock for its process"};
 
-  h->started_ms_ = monotonic_ms();
+  h->started_ms_ = host_clock_ms();
   return h;
 }
 
@@ -199,8 +199,8 @@ void kernel_host::reap(bool wait_first) {
   int st = 0;
   pid_t r = 0;
   if (wait_first) { // the channel closes as the process exits; its status follows within moments
-    int64_t until = monotonic_ms() + 300;
-    while ((r = waitpid(pid_, &st, WNOHANG)) == 0 && monotonic_ms() < until) usleep(500);
+    int64_t until = host_clock_ms() + 300;
+    while ((r = waitpid(pid_, &st, WNOHANG)) == 0 && host_clock_ms() < until) usleep(500);
   }
   ::kill(-pid_, SIGKILL);
   if (r == 0)
@@ -239,7 +239,7 @@ int64_t kernel_host::start_deadline(int64_t deadline_ms) const {
 
 std::optional<ssize_t> kernel_host::receive_reply(kh_reply& reply, int64_t deadline_ms) {
   for (;;) {
-    int64_t left = deadline_ms - monotonic_ms();
+    int64_t left = deadline_ms - host_clock_ms();
     if (left <= 0) return std::nullopt;
     pollfd p{fd_, POLLIN, 0};
     int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
@@ -354,14 +354,14 @@ call_result kernel_host::round_trip(kh_command& cmd, size_t bytes, int pass_fd, 
     std::memcpy(CMSG_DATA(ch), &pass_fd, sizeof pass_fd);
   }
   auto cpu_before = read_cpu();
-  double t0 = now_ms();
+  double t0 = host_clock_ms();
   if (sendmsg(fd_, &mh, MSG_NOSIGNAL) != static_cast<ssize_t>(bytes))
     return fail(call_failure::died, "the kernel host is gone");
   kh_reply reply;
   auto received = receive_reply(reply, deadline_ms);
   if (!received) return fail(call_failure::timeout, "no reply by the job's deadline");
   ssize_t got = *received;
-  double t1 = now_ms();
+  double t1 = host_clock_ms();
   if (got <= 0) return fail(call_failure::died, "the kernel process died");
   if (got != static_cast<ssize_t>(sizeof reply) || reply.magic != kh_magic ||
       reply.version != kh_version || reply.op != cmd.op || reply.seq != cmd.seq || reply.code < 0 ||

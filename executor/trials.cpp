@@ -22,7 +22,7 @@ struct kept_trial {
   std::vector<at::Tensor> outputs;
 };
 
-std::string ms_text(double ms) {
+std::string ms_4g(double ms) {
   char b[32];
   std::snprintf(b, sizeof b, "%.4g", ms);
   return b;
@@ -129,8 +129,8 @@ check_result time_once(job_context& c, const timing_options& opts, bool& retry) 
     return failure(outcome_kind::runtime_error,
                    "device work outlived the job's stream on " + std::to_string(drain.over) +
                        " of " + std::to_string(drain.trials) + " trials (by up to " +
-                       ms_text(worst.residual_ms) + " ms; stream time " + ms_text(worst.stream_ms) +
-                       " ms, allowed " + ms_text(worst.allowed_ms) +
+                       ms_4g(worst.residual_ms) + " ms; stream time " + ms_4g(worst.stream_ms) +
+                       " ms, allowed " + ms_4g(worst.allowed_ms) +
                        " ms): work on a stream not joined back into the job's stream is neither "
                        "counted nor ready when the stream says it is done");
   }
@@ -167,10 +167,10 @@ check_result time_once(job_context& c, const timing_options& opts, bool& retry) 
     retry = tm.median_ms < tm.bound_ms - tol;
     if (retry)
       return failure(outcome_kind::runtime_error,
-                     "the kernel process reported " + ms_text(tm.median_ms) +
+                     "the kernel process reported " + ms_4g(tm.median_ms) +
                          " ms per call by its events, but the executor's own clock saw at least " +
-                         ms_text(tm.bound_ms) + " ms (protocol " + ms_text(c.costs.wall_p50_ms) +
-                         " ms, tolerance " + ms_text(tol) +
+                         ms_4g(tm.bound_ms) + " ms (protocol " + ms_4g(c.costs.wall_p50_ms) +
+                         " ms, tolerance " + ms_4g(tol) +
                          " ms): the in-process time contradicts the trusted one");
   }
   r.time = tm;

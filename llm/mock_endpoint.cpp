@@ -30,6 +30,11 @@ std::string http_ok(const std::string& body) {
          std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
+} // namespace
+
+// Named, not anonymous: impl holds them, and impl has external linkage.
+namespace mock_endpoint_parts {
+
 struct connection {
   uint64_t id = 0;
   std::string in, out;
@@ -38,13 +43,15 @@ struct connection {
 };
 
 struct due_answer {
-  clock_type::time_point due;
+  std::chrono::steady_clock::time_point due;
   int fd;
   uint64_t id;
   const std::string* response;
 };
 
-} // namespace
+} // namespace mock_endpoint_parts
+using mock_endpoint_parts::connection;
+using mock_endpoint_parts::due_answer;
 
 struct mock_endpoint::impl {
   mock_endpoint_options o;
