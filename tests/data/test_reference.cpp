@@ -327,6 +327,26 @@ TEST_CASE("degenerate tasks are flagged") {
     CHECK(r->degenerate);
     CHECK(r->reason.find("constant-fill kernel") != std::string::npos);
   }
+  SUBCASE("a constant must pass every seed, not only the one it is closest to") {
+    // One element that moves between seeds: with atol between the nearest and the farthest
+    // seed's distance from the seeds' mean, that mean passes one seed and fails another.
+    auto t = one_op("sum", {{1, 64}}, {{"dim", int64_t{1}}, {"keepdim", true}});
+    std::vector<double> v;
+    for (int s = 0; s < 3; ++s)
+      v.push_back((*run_reference(t, make_inputs(t, 1000 + s, cpu), {}))[0].item<double>());
+    double mean = (v[0] + v[1] + v[2]) / 3, near = 1e30, far = 0;
+    for (double x : v) {
+      near = std::min(near, std::abs(x - mean));
+      far = std::max(far, std::abs(x - mean));
+    }
+    REQUIRE(near < far);
+    t.tol.rtol = 0;
+    t.tol.atol = (near + far) / 2;
+    REQUIRE(std::max(std::abs(v[1] - v[0]), std::abs(v[2] - v[0])) > t.tol.atol); // seeds differ
+    auto r = check_degeneracy(t, cpu, 3);
+    REQUIRE(r);
+    CHECK_FALSE(r->degenerate);
+  }
   SUBCASE("the max of many uniform samples is near-constant") {
     auto r = check_degeneracy(one_op("amax", {{4, 1 << 16}}, {{"dim", int64_t{1}}}), cpu);
     REQUIRE(r);
