@@ -29,6 +29,12 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 constexpr std::size_t pending_cap = std::size_t{1} << 20; // stop reading a side past this
 
+} // namespace
+
+// Named, not anonymous: impl holds these and has external linkage (a unity build,
+// which includes this file into another, warns of that).
+namespace basp_guard_parts {
+
 struct conn {
   int peer = -1, up = -1;
   std::string name;             // the peer's address, for logs
@@ -39,6 +45,11 @@ struct conn {
   bool first_frame = false;     // a whole frame arrived (the peer's handshake)
   clock_type::time_point since; // accepted, or when the frame being received began
 };
+
+} // namespace basp_guard_parts
+using basp_guard_parts::conn;
+
+namespace {
 
 std::string peer_host(const sockaddr_storage& a) {
   char host[INET6_ADDRSTRLEN] = "?";

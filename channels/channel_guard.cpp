@@ -36,6 +36,12 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+} // namespace
+
+// Named, not anonymous: impl holds these and has external linkage (a unity build,
+// which includes this file into another, warns of that).
+namespace channel_guard_parts {
+
 struct watched {
   std::unique_ptr<zmq::socket_t> events; // PAIR connected to the socket's monitor
   std::string endpoint;
@@ -62,6 +68,12 @@ struct log_limiter {
     return t;
   }
 };
+
+} // namespace channel_guard_parts
+using channel_guard_parts::log_limiter;
+using channel_guard_parts::watched;
+
+namespace {
 
 std::string frame_text(const zmq::message_t& m) { return std::string(m.data<char>(), m.size()); }
 

@@ -11,14 +11,17 @@
 
 namespace kiln {
 
-namespace {
+// Named, not anonymous: impl holds these and has external linkage (a unity build,
+// which includes this file into another, warns of that).
+namespace model_policy_parts {
 
 struct cache_row {
   int64_t row = 0; // index into the cache tensors' first dimension
   int64_t len = 0; // context tokens already in the cache
 };
 
-} // namespace
+} // namespace model_policy_parts
+using model_policy_parts::cache_row;
 
 struct model_policy::impl {
   model_policy_options opt;

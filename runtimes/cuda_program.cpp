@@ -55,6 +55,12 @@ expected<std::string> read_file(const std::string& path) {
 
 size_t arg_bytes(const kernel_arg& a) { return a.k == kernel_arg::kind::f32 ? 4 : 8; }
 
+} // namespace
+
+// Named, not anonymous: impl holds these and has external linkage (a unity build,
+// which includes this file into another, warns of that).
+namespace cuda_program_parts {
+
 // cuBLASLt state of one GEMM step, prepared at load (descriptor creation and the heuristic cost
 // tens of microseconds: not something to pay inside a timed run).
 struct gemm_prepared {
@@ -69,6 +75,11 @@ struct gemm_prepared {
     if (out) cublasLtMatrixLayoutDestroy(out);
   }
 };
+
+} // namespace cuda_program_parts
+using cuda_program_parts::gemm_prepared;
+
+namespace {
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the B buffer is cuBLASLt's
 // first operand, A its second, and m / n swap (launch_plan.hpp).
