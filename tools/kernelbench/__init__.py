@@ -1,0 +1,1 @@
+"""The KernelBench importer's modules (tools/kernelbench_import.py is the entry point)."""
