@@ -170,7 +170,7 @@ expected<std::unique_ptr<kernel_host>> kernel_host::start(const kernel_host_opti
   if (clock_getcpuclockid(pid, &h->cpu_clock_) != 0)
     return error{"kernel host: no CPU clock for its process"};
 
-  h->started_ms_ = host_clock_ms();
+  h->started_ms_ = monotonic_ms();
   return h;
 }
 
@@ -199,8 +199,8 @@ void kernel_host::reap(bool wait_first) {
   int st = 0;
   pid_t r = 0;
   if (wait_first) { // the channel closes as the process exits; its status follows within moments
-    int64_t until = host_clock_ms() + 300;
-    while ((r = waitpid(pid_, &st, WNOHANG)) == 0 && host_clock_ms() < until) usleep(500);
+    int64_t until = monotonic_ms() + 300;
+    while ((r = waitpid(pid_, &st, WNOHANG)) == 0 && monotonic_ms() < until) usleep(500);
   }
   ::kill(-pid_, SIGKILL);
   if (r == 0)
@@ -239,7 +239,7 @@ int64_t kernel_host::start_deadline(int64_t deadline_ms) const {
 
 std::optional<ssize_t> kernel_host::receive_reply(kh_reply& reply, int64_t deadline_ms) {
   for (;;) {
-    int64_t left = deadline_ms - host_clock_ms();
+    int64_t left = deadline_ms - monotonic_ms();
     if (left <= 0) return std::nullopt;
     pollfd p{fd_, POLLIN, 0};
     int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
