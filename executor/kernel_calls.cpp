@@ -116,6 +116,23 @@ std::vector<at::Tensor> kernel_form(const std::vector<at::Tensor>& v) {
   return out;
 }
 
+host_phases median_phases(const std::vector<host_phases>& calls) {
+  std::vector<double> h, s, c, d;
+  for (const auto& p : calls) {
+    h.push_back(p.handler_ms);
+    s.push_back(p.settle_ms);
+    c.push_back(p.call_ms);
+    d.push_back(p.drain_ms);
+  }
+  if (calls.empty()) return {};
+  return {median_of(h), median_of(s), median_of(c), median_of(d)};
+}
+
+std::string phases_text(const host_phases& p) {
+  return ms_text(p.handler_ms) + " ms (to the start " + ms_text(p.settle_ms) + ", the call " +
+         ms_text(p.call_ms) + ", the synchronize after " + ms_text(p.drain_ms) + ")";
+}
+
 uint64_t fresh_seed() {
   static thread_local std::random_device rd;
   return (uint64_t{rd()} << 32) ^ rd();
@@ -186,6 +203,8 @@ std::optional<check_result> call_kernel(job_context& c, const std::vector<at::Te
   sample.trusted_ms = cpu ? r.wall_ms : t1 - t0;
   sample.reported_ms = cpu ? r.wall_ms : r.stream_ms;
   sample.residual_ms = r.residual_ms;
+  sample.round_trip_ms = r.wall_ms;
+  sample.host = r.host;
   if (!cpu && r.stream_ms > sample.trusted_ms + 0.05)
     return failure(outcome_kind::runtime_error, "the kernel process reported " +
                                                     ms_text(r.stream_ms) +

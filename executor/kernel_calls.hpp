@@ -48,6 +48,8 @@ struct protocol_costs {
   double wall_p10_ms = 0, wall_p50_ms = 0, wall_p90_ms = 0; // the executor's clock per call
   double idle_cpu_ms = 0;    // CPU a call's cycle uses beyond wall x threads in the protocol alone
   double drain_slack_ms = 0; // cuda: residual an honest call leaves after its stream
+  double round_trip_p50_ms = 0; // an empty call's parts, for messages
+  host_phases host_p50;
   int samples = 0;
 };
 
@@ -72,9 +74,11 @@ struct job_context {
 
 // What one call measured.
 struct call_sample {
-  double trusted_ms = 0;  // the executor's clock (cuda: input copy .. output snapshot, inclusive)
-  double reported_ms = 0; // cuda: the kernel host's events; cpu: trusted_ms
-  double residual_ms = 0; // cuda: device busy after the stream (reported)
+  double trusted_ms = 0;    // the executor's clock (cuda: input copy .. output snapshot, inclusive)
+  double reported_ms = 0;   // cuda: the kernel host's events; cpu: trusted_ms
+  double residual_ms = 0;   // cuda: device busy after the stream (reported)
+  double round_trip_ms = 0; // the executor's clock from command to reply
+  host_phases host;         // the host's own clock (untrusted; messages only)
 };
 
 // The kernel ABI's form of a tensor: float32 (int64 stays int64), dense, row-major.
@@ -85,6 +89,10 @@ std::vector<at::Tensor> kernel_form(const std::vector<at::Tensor>& v);
 std::vector<at::Tensor> draw_inputs(const job_context& c, uint64_t seed);
 // An unpredictable seed (std::random_device).
 uint64_t fresh_seed();
+
+// Each phase's median over calls, and its text for messages ("2.1 ms: 0.01 to the start, ...").
+host_phases median_phases(const std::vector<host_phases>& calls);
+std::string phases_text(const host_phases& p);
 
 struct call_plan {
   bool flush = false;      // evict caches before the call (timed trials)

@@ -55,7 +55,8 @@ check_result time_once(job_context& c, const timing_options& opts, bool& retry) 
     if (auto bad = call_kernel(c, inputs, {}, s)) return *bad;
   }
 
-  std::vector<double> times, trusted, reported;
+  std::vector<double> times, trusted, reported, round_trip;
+  std::vector<host_phases> host;
   drain_count drain;
   struct {
     double residual_ms = 0, stream_ms = 0, allowed_ms = 0;
@@ -100,6 +101,8 @@ check_result time_once(job_context& c, const timing_options& opts, bool& retry) 
     times.push_back(t);
     trusted.push_back(s.trusted_ms);
     reported.push_back(s.reported_ms);
+    round_trip.push_back(s.round_trip_ms);
+    host.push_back(s.host);
     if (!cpu) {
       double allowed = c.costs.drain_slack_ms + 0.05 * s.reported_ms;
       drain.add(s.residual_ms > allowed);
@@ -171,7 +174,12 @@ check_result time_once(job_context& c, const timing_options& opts, bool& retry) 
                          " ms per call by its events, but the executor's own clock saw at least " +
                          ms_4g(tm.bound_ms) + " ms (protocol " + ms_4g(c.costs.wall_p50_ms) +
                          " ms, tolerance " + ms_4g(tol) +
-                         " ms): the in-process time contradicts the trusted one");
+                         " ms): the in-process time contradicts the trusted one; medians per call: "
+                         "round trip " +
+                         ms_4g(median_of(round_trip)) + " ms (empty " +
+                         ms_4g(c.costs.round_trip_p50_ms) + "), the host's own clock " +
+                         phases_text(median_phases(host)) + " (empty " +
+                         phases_text(c.costs.host_p50) + ")");
   }
   r.time = tm;
   return r;

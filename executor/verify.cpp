@@ -182,7 +182,8 @@ std::optional<check_result> check_outputs(const job_context& c, uint64_t seed,
 
 std::optional<check_result> calibrate(job_context& c, int calls, int64_t flush_bytes) {
   auto inputs = draw_inputs(c, fresh_seed());
-  std::vector<double> wall, outside, residual;
+  std::vector<double> wall, outside, residual, round_trip;
+  std::vector<host_phases> host;
   call_plan plan;
   plan.empty = true;
   plan.flush = flush_bytes > 0;
@@ -193,6 +194,8 @@ std::optional<check_result> calibrate(job_context& c, int calls, int64_t flush_b
     if (auto bad = call_kernel(c, inputs, plan, s)) return bad;
     wall.push_back(s.trusted_ms);
     residual.push_back(s.residual_ms);
+    round_trip.push_back(s.round_trip_ms);
+    host.push_back(s.host);
   }
   // What an empty call's cycle costs in CPU beyond its wall time (the protocol's own work).
   for (int i = 0; i < 8; ++i) {
@@ -206,6 +209,8 @@ std::optional<check_result> calibrate(job_context& c, int calls, int64_t flush_b
   k.wall_p10_ms = percentile(wall, 0.1);
   k.wall_p50_ms = percentile(wall, 0.5);
   k.wall_p90_ms = percentile(wall, 0.9);
+  k.round_trip_p50_ms = percentile(round_trip, 0.5);
+  k.host_p50 = median_phases(host);
   // Per call, the protocol's own CPU beyond the wall time: microseconds on cpu; the CUDA
   // driver's threads wake now and then, so a floor there.
   double floor_ms = c.dev->device.is_cpu() ? 0.02 : 0.2;

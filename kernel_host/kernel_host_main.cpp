@@ -30,6 +30,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <vector>
 
@@ -262,6 +263,9 @@ kh_reply call(host_state& s, const kh_command& c, bool empty) {
   }();
   r.stream_ms = t->stream_ms * (empty ? 1.0 : scale);
   r.residual_ms = t->residual_ms;
+  r.settle_ms = t->settle_ms;
+  r.call_ms = t->call_ms;
+  r.drain_ms = t->drain_ms;
   return r;
 #else
   return reply_to(c, kh_code::bad_command, "no cuda in this build");
@@ -362,11 +366,18 @@ int main(int argc, char** argv) {
       send_reply(a.fd, reply_to(c, kh_code::bad_command, "bad command"));
       continue;
     }
+    timespec t0{}, t1{};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kh_reply r;
     switch (static_cast<kh_op>(c.op)) {
-    case kh_op::load: send_reply(a.fd, load(s, c)); break;
-    case kh_op::empty: send_reply(a.fd, call(s, c, true)); break;
-    case kh_op::call: send_reply(a.fd, call(s, c, false)); break;
-    default: send_reply(a.fd, reply_to(c, kh_code::bad_command, "unknown op"));
+    case kh_op::load: r = load(s, c); break;
+    case kh_op::empty: r = call(s, c, true); break;
+    case kh_op::call: r = call(s, c, false); break;
+    default: r = reply_to(c, kh_code::bad_command, "unknown op");
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    r.handler_ms = static_cast<double>(t1.tv_sec - t0.tv_sec) * 1e3 +
+                   static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    send_reply(a.fd, r);
   }
 }

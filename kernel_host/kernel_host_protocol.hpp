@@ -12,7 +12,7 @@ namespace kiln {
 constexpr uint32_t kh_magic = 0x484e4c4b; // "KLNH"
 // 2: the cuda region travels as a VMM fd, not an IPC handle; 3: load names its artifact_loader;
 // 4: the host says `started` once its device context exists
-constexpr uint32_t kh_version = 4;
+constexpr uint32_t kh_version = 5;
 
 enum class kh_op : uint32_t {
   ready = 1,  // host -> executor once, after its sandbox is in force
@@ -77,6 +77,11 @@ struct kh_reply {
   // side, so the executor bounds them by its own clock.
   double stream_ms = 0;
   double residual_ms = 0;
+  // The host's own clock from the command to its reply, and on cuda its phases (up to the settled
+  // start event, the call, the synchronize after it): only for the executor's messages, which
+  // then say where a call's time went.
+  double handler_ms = 0;
+  double settle_ms = 0, call_ms = 0, drain_ms = 0;
   char text[240] = {};
 };
 

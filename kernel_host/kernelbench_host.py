@@ -135,8 +135,12 @@ def _kiln_load(bundle, inputs, params, outputs, status_addr, status_len):
                 for d, a in zip(spec["outputs"], outputs)]
         _kiln.update(model=model, args=args, outs=outs)
         if device.type == "cuda":
-            _forward()
-            torch.cuda.synchronize()
+            try:
+                _forward()
+                torch.cuda.synchronize()
+            except BaseException as e:
+                _say(status_addr, status_len,
+                     f"ModelNew's forward: {type(e).__name__}: {e} (its untimed first call, at load)")
     except BaseException as e:
         _say(status_addr, status_len, f"{type(e).__name__}: {e}")
 

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <dlfcn.h>
 #include <fstream>
@@ -387,15 +388,21 @@ struct timing_events {
 expected<cuda_call_time> cuda_timed_call(const std::function<status()>& call, bool* sticky,
                                          bool settle_start) {
   static timing_events ev;
+  using clock = std::chrono::steady_clock;
   if (sticky) *sticky = false;
+  auto t0 = clock::now();
   cudaEventRecord(ev.start, nullptr);
   if (settle_start) cudaEventSynchronize(ev.start);
+  auto t1 = clock::now();
   auto st = call();
+  auto t2 = clock::now();
   cudaEventRecord(ev.stop, nullptr);
   cudaError_t launch = cudaGetLastError();
   cudaError_t sync = cudaDeviceSynchronize();
   cudaEventRecord(ev.drained, nullptr);
   cudaEventSynchronize(ev.drained);
+  auto t3 = clock::now();
+  auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   if (launch == cudaSuccess) launch = sync;
   if (launch != cudaSuccess) {
     // A second synchronize fails again only when the context itself is broken.
@@ -409,7 +416,8 @@ expected<cuda_call_time> cuda_timed_call(const std::function<status()>& call, bo
     return cuda_error("event timing", e);
   if (auto e = cudaEventElapsedTime(&whole, ev.start, ev.drained); e != cudaSuccess)
     return cuda_error("event timing", e);
-  return cuda_call_time{stream, static_cast<double>(whole) - stream};
+  return cuda_call_time{stream, static_cast<double>(whole) - stream, ms(t1 - t0), ms(t2 - t1),
+                        ms(t3 - t2)};
 }
 
 } // namespace kiln

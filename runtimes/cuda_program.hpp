@@ -57,6 +57,9 @@ private:
 struct cuda_call_time {
   double stream_ms = 0;   // start .. stop on the job's stream
   double residual_ms = 0; // stop .. the device idle (recorded after a whole-device synchronize)
+  // The host's CPU clock over the call's phases: up to the start event (settled, where asked),
+  // the call itself, and from the stop event to the device idle. Diagnostics only.
+  double settle_ms = 0, call_ms = 0, drain_ms = 0;
 };
 
 // Runs `call` between events on the legacy default stream, synchronizes the whole device, then

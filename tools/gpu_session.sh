@@ -8,7 +8,7 @@
 #        executor_tests |
 #        bench_learner |
 #        validate | baselines | baselines_only | eval | eval_dirs | run | bench_pool | sources |
-#        import_tests | modelnew
+#        import_tests | modelnew | modelnew_baselines | modelnew_examples | kernelbench_timing
 # KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_RUN_CONFIG is the run step's
 # config (default configs/cuda.toml); KILN_BASELINES names a baselines file
 # for eval and run (default: the one the baselines step wrote).
@@ -122,6 +122,27 @@ step_modelnew() {
   python3 tools/modelnew_from_model.py "$d/tasks" --out "$d/subs" &&
     "$bin" eval --backend cuda --policy "sources:$d/subs" --policy expert --suite "$d/tasks" \
       --compile-workers 12 --json "$out/eval_modelnew_cuda.json"
+}
+# ModelNew solutions written for imported KernelBench problems (KILN_MODELNEW_TASKS: the imported
+# task folder; KILN_MODELNEW_SUBS: the solutions, default docs/examples/modelnew/cuda): torch.compile
+# baselines, then Kiln's eval of the solutions beside the expert, then KernelBench's own timing
+# method on the same solutions (tools/kernelbench_timing.py).
+step_modelnew_baselines() {
+  python3 tools/torch_baselines.py --device cuda --kiln "$bin" --suite "${KILN_MODELNEW_TASKS:?}" \
+    --jobs 8 --time-cap-ms 1000 --out "$out/baselines_modelnew.json" \
+    --report "$out/baselines_modelnew.report.json"
+}
+step_modelnew_examples() {
+  local b=()
+  [ -s "$out/baselines_modelnew.json" ] && b=(--baselines "$out/baselines_modelnew.json")
+  "$bin" eval --backend cuda --policy "sources:${KILN_MODELNEW_SUBS:-docs/examples/modelnew/cuda}" \
+    --policy expert --suite "${KILN_MODELNEW_TASKS:?}" --compile-workers 12 "${b[@]}" \
+    --json "$out/eval_modelnew_examples.json"
+}
+step_kernelbench_timing() {
+  python3 tools/kernelbench_timing.py --tasks "${KILN_MODELNEW_TASKS:?}" \
+    --subs "${KILN_MODELNEW_SUBS:-docs/examples/modelnew/cuda}" --jobs 12 \
+    --out "$out/kernelbench_timing.json"
 }
 step_bench_pool() {
   "$bin" bench pool --backend cuda --suite data/suites/level1/gpu --compile-workers 12 --json \

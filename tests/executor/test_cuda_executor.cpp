@@ -602,6 +602,9 @@ TEST_CASE("hostile cuda: in-process times that undercut the executor's clock are
   unsetenv("KILN_FAULT_SCALE_EVENTS");
   CHECK(o.kind == outcome_kind::runtime_error);
   CHECK_MESSAGE(o.message.find("contradicts the trusted one") != std::string::npos, o.message);
+  // Where the time went, for whoever reads the refusal: the round trip and the host's own clock.
+  CHECK_MESSAGE(o.message.find("round trip") != std::string::npos, o.message);
+  CHECK_MESSAGE(o.message.find("the host's own clock") != std::string::npos, o.message);
   lying.stop();
   executor_client honest(options());
   auto h = honest.run(make(t, job_kind::evaluate, art));

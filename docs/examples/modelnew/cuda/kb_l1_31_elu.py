@@ -1,0 +1,56 @@
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+# The kernel is compiled by nvcc from a source that includes only the CUDA runtime; the binding
+# (torch/extension.h, compiled by the host compiler) passes it raw pointers.
+cuda_source = r"""
+#include <cuda_runtime.h>
+#include <math.h>
+
+__device__ __forceinline__ float op(float x, float a) { return x > 0.f ? x : a * expm1f(x); }
+
+__global__ void elu_kernel(const float4* __restrict__ x, float4* __restrict__ y, long n4,
+                              const float* __restrict__ xs, float* __restrict__ ys, long n, float a) {
+  long stride = (long)gridDim.x * blockDim.x;
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+    float4 v = x[i];
+    v.x = op(v.x, a); v.y = op(v.y, a); v.z = op(v.z, a); v.w = op(v.w, a);
+    y[i] = v;
+  }
+  for (long i = 4 * n4 + (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    ys[i] = op(xs[i], a);
+}
+
+void elu_launch(const float* x, float* y, long n, float a) {
+  long n4 = ((unsigned long)x | (unsigned long)y) % 16 ? 0 : n / 4; // float4 needs 16-byte alignment
+  int threads = 256;
+  long want = (n4 + threads - 1) / threads;
+  int blocks = (int)(want < 132 * 32 ? (want > 0 ? want : 1) : 132 * 32);
+  elu_kernel<<<blocks, threads>>>((const float4*)x, (float4*)y, n4, x, y, n, a);
+}
+"""
+
+cpp_source = r"""
+#include <torch/extension.h>
+void elu_launch(const float* x, float* y, long n, float a);
+torch::Tensor forward(torch::Tensor x, float a) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat, "a float32 cuda tensor");
+  x = x.contiguous();
+  auto y = torch::empty_like(x);
+  elu_launch(x.data_ptr<float>(), y.data_ptr<float>(), x.numel(), a);
+  return y;
+}
+"""
+
+ext = load_inline(name="elu_ext", cpp_sources=cpp_source, cuda_sources=cuda_source,
+                  functions=["forward"], extra_cuda_cflags=["-O3"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, alpha: float = 1.0):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return ext.forward(x, self.alpha)
