@@ -803,6 +803,24 @@ class InProcess(unittest.TestCase):
             ("torch.cat", 3, 2), ("nn.LSTM", 1, 0), ("param init: expression", 1, 0)])
         self.assertEqual(rank[0]["levels"], {"1": 2, "2": 1})
 
+    def test_peak_bytes_frees_each_result_after_its_last_reader(self):
+        from kernelbench.tracing import spec_peak_bytes
+        x = {"name": "x", "shape": [4]}  # 16 bytes, live throughout
+
+        def op(name, kind, *args):
+            return {"out": name, "op": kind, "args": list(args)}
+        shapes = {n: [4] for n in "adc"}
+        # d is read by nobody: freed at once; a lives until c reads it; c is the output.
+        spec = {"inputs": [x], "params": [], "outputs": ["c"],
+                "ops": [op("a", "relu", "x"), op("d", "neg", "x"), op("c", "relu", "a")]}
+        self.assertEqual(spec_peak_bytes(spec, shapes), 48)
+        spec["ops"][2] = op("c", "add", "a", "d")  # now d lives until step 2 as well
+        self.assertEqual(spec_peak_bytes(spec, shapes), 64)
+        # A long chain holds two results at a time (KernelBench's 4200-op problem had taken 4 min).
+        chain = [op("t0", "tanh", "x")] + [op(f"t{i}", "tanh", f"t{i - 1}") for i in range(1, 5000)]
+        spec = {"inputs": [x], "params": [], "outputs": ["t4999"], "ops": chain}
+        self.assertEqual(spec_peak_bytes(spec, {f"t{i}": [4] for i in range(5000)}), 48)
+
     def test_toml_writer_round_trips(self):
         spec = {"name": "t", "level": 1, "dtype": "float32", "description": 'a "q" \\ é',
                 "outputs": ["y0"], "inputs": [{"name": "x", "shape": [2, 3], "init": "normal"}],

@@ -289,14 +289,17 @@ def spec_peak_bytes(spec, shapes):
             last[a] = i
     size = {op["out"]: (math.prod(shapes[op["out"]]) if shapes.get(op["out"]) is not None else 0) *
             (8 if op["op"] in ("argmax", "argmin") else 4) for op in ops}
+    # Op j's result is freed after step last[j] (after step j when nothing reads it).
+    freed_at = [[] for _ in ops]
+    for j, op in enumerate(ops):
+        if op["out"] not in outs:
+            freed_at[last.get(op["out"], j)].append(op["out"])
     live = sum(math.prod(d["shape"]) * 4 for d in spec["inputs"] + spec["params"])
     peak = live
     for i, op in enumerate(ops):
         live += size[op["out"]]
         peak = max(peak, live)
-        for o in ops[:i + 1]:
-            if o["out"] not in outs and last.get(o["out"], ops.index(o)) == i:
-                live -= size[o["out"]]
+        live -= sum(size[o] for o in freed_at[i])
     return peak
 
 
