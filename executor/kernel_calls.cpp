@@ -117,6 +117,7 @@ std::vector<at::Tensor> kernel_form(const std::vector<at::Tensor>& v) {
 }
 
 host_phases median_phases(const std::vector<host_phases>& calls) {
+  if (calls.empty()) return {};
   std::vector<double> h, s, c, d;
   for (const auto& p : calls) {
     h.push_back(p.handler_ms);
@@ -124,7 +125,6 @@ host_phases median_phases(const std::vector<host_phases>& calls) {
     c.push_back(p.call_ms);
     d.push_back(p.drain_ms);
   }
-  if (calls.empty()) return {};
   return {median_of(h), median_of(s), median_of(c), median_of(d)};
 }
 

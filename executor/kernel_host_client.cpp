@@ -373,7 +373,7 @@ call_result kernel_host::round_trip(kh_command& cmd, size_t bytes, int pass_fd, 
   r.wall_ms = t1 - t0;
   r.stream_ms = reply.stream_ms;
   r.residual_ms = reply.residual_ms;
-  r.host = {reply.handler_ms, reply.settle_ms, reply.call_ms, reply.drain_ms};
+  r.host = reply.host;
   // A process's CPU clock is exact only while none of its threads runs (a running thread's time
   // since its last tick is not in it yet): read it at each command, when the host is waiting.
   if (cpu_at_last_send_ >= 0 && cpu_before >= 0) {

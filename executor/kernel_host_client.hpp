@@ -49,13 +49,6 @@ enum class call_failure {
   protocol, // the reply was malformed, out of order or unrequested: the kernel spoke on the channel
 };
 
-// The host's own clock over a call: untrusted, so only for messages that say where time went.
-struct host_phases {
-  double handler_ms = 0;                           // command .. reply
-  double settle_ms = 0, call_ms = 0, drain_ms = 0; // cuda: to the settled start, the call, the
-                                                   // synchronize after it
-};
-
 struct call_result {
   call_failure failure = call_failure::none;
   std::string why;            // failure: what happened
@@ -64,7 +57,7 @@ struct call_result {
   double wall_ms = 0;         // the executor's clock: command sent .. reply read
   double stream_ms = 0;       // cuda: the host's events (untrusted)
   double residual_ms = 0;     // cuda: device busy after the stream was done (untrusted)
-  host_phases host;
+  host_phases host;           // the host's own clock (untrusted; messages only)
   // The previous call's cycle, from its command to this one: the host's CPU time over it (all
   // threads, read while the host waits for a command) and its wall time. An honest host uses at
   // most wall x threads; more is work outside the call.

@@ -263,9 +263,9 @@ kh_reply call(host_state& s, const kh_command& c, bool empty) {
   }();
   r.stream_ms = t->stream_ms * (empty ? 1.0 : scale);
   r.residual_ms = t->residual_ms;
-  r.settle_ms = t->settle_ms;
-  r.call_ms = t->call_ms;
-  r.drain_ms = t->drain_ms;
+  r.host.settle_ms = t->settle_ms;
+  r.host.call_ms = t->call_ms;
+  r.host.drain_ms = t->drain_ms;
   return r;
 #else
   return reply_to(c, kh_code::bad_command, "no cuda in this build");
@@ -376,8 +376,8 @@ int main(int argc, char** argv) {
     default: r = reply_to(c, kh_code::bad_command, "unknown op");
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    r.handler_ms = static_cast<double>(t1.tv_sec - t0.tv_sec) * 1e3 +
-                   static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    r.host.handler_ms = static_cast<double>(t1.tv_sec - t0.tv_sec) * 1e3 +
+                        static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e6;
     send_reply(a.fd, r);
   }
 }

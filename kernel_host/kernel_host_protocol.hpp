@@ -62,6 +62,14 @@ enum class kh_code : int32_t {
   bad_command = 4,
 };
 
+// The host's own clock over a command: untrusted, so only for the executor's messages, which then
+// say where a call's time went.
+struct host_phases {
+  double handler_ms = 0;                           // command .. reply
+  double settle_ms = 0, call_ms = 0, drain_ms = 0; // cuda: to the settled start event, the call,
+                                                   // the synchronize after it
+};
+
 struct kh_reply {
   uint32_t magic = kh_magic;
   uint32_t version = kh_version;
@@ -77,11 +85,7 @@ struct kh_reply {
   // side, so the executor bounds them by its own clock.
   double stream_ms = 0;
   double residual_ms = 0;
-  // The host's own clock from the command to its reply, and on cuda its phases (up to the settled
-  // start event, the call, the synchronize after it): only for the executor's messages, which
-  // then say where a call's time went.
-  double handler_ms = 0;
-  double settle_ms = 0, call_ms = 0, drain_ms = 0;
+  host_phases host;
   char text[240] = {};
 };
 
