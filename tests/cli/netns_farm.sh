@@ -116,7 +116,7 @@ done
 figure "eval_8_tasks_two_nodes_s" "$(python3 -c "print(round($(now) - $t0, 2))")"
 
 # 2. A run whose pool is the two nodes only (expert episodes, no learner).
-relu="$src/data/suites/level1/cpu/relu.toml"
+relu="$src/data/suites/level1/small/relu.toml"
 ip netns exec "$co" "$kiln" --threads 1 run --set "tasks.suites=[\"$relu\"]" --set 'eval.policies=[]' \
   --set rollout.policy=\"expert\" --set rollout.episodes=6 --set rollout.max_concurrent=6 \
   --set rollout.verify_checks=1 --set rollout.timing_cap_ms=50 --set pool.local=false \

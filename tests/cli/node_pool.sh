@@ -23,7 +23,7 @@ start_node() { # start_node NAME: runs a node in the background, sets $pid and $
   fail "$1 did not publish within 20 s"
 }
 
-relu="$src/data/suites/level1/cpu/relu.toml"
+relu="$src/data/suites/level1/small/relu.toml"
 
 # 1. Remote only: every job runs on the node.
 start_node node1

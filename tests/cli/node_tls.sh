@@ -46,7 +46,7 @@ start_node() { # start_node NAME [--tls DIR]: sets $pid and $addr
   fail "$name did not publish within 20 s"
 }
 
-relu="$src/data/suites/level1/cpu/relu.toml"
+relu="$src/data/suites/level1/small/relu.toml"
 eval_on() { # eval_on LOG [--tls DIR]: evaluates relu on the node at $addr only
   local log="$1"; shift
   timeout 120 "$kiln" --threads 1 eval --policy expert --suite "$relu" --remote "$addr" --no-local \

@@ -1,5 +1,7 @@
-# Never returns from a real call: killed at the job's deadline. timeout.
+# Never returns from a real call (asleep, so the core stays free): killed at the job's deadline.
+# timeout.
 import os
+import time
 import torch
 import torch.nn as nn
 
@@ -11,5 +13,5 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         while not os.path.exists("build.py"):
-            pass
+            time.sleep(0.05)
         return torch.relu(self.fc(x))
