@@ -75,6 +75,29 @@ struct node_args {
 };
 int cmd_node(const common_args& common, const node_args& args);
 
+struct serve_args {
+  std::string bind = "127.0.0.1";
+  int port = 10907;        // KernelGYM's default, so its clients' defaults reach Kiln
+  std::string tokens_file; // bearer tokens (serve/tokens.hpp); required beyond loopback
+  std::string state_dir = "kiln-serve"; // journal.sqlite and imported problems
+  std::string backend = "cpu";
+  int devices = 1;
+  int compile_workers = 2;
+  std::string cache_dir;
+  std::vector<std::string> suites; // tasks callers may name as reference_code
+  std::string baselines;           // torch.compile times (reference_backend "compile")
+  std::vector<std::string> remote; // kiln nodes beside or instead of the local pool
+  bool no_local = false;
+  std::string tls_dir;
+  int capacity = 256; // accepted, unfinished evaluations; past it 429
+  int workers = 0;    // evaluations in flight; 0: 2 x (devices + compile workers)
+  double max_request_mib = 1;
+  double keep_results_h = 24;
+  double scale_batch = 1.0; // imported problems' batch scale (the importer's --scale-batch)
+  int import_timeout_s = 600;
+};
+int cmd_serve(const common_args& common, const serve_args& args);
+
 struct eval_args {
   std::vector<std::string> policies = {"expert"};
   std::vector<std::string> suites;

@@ -139,6 +139,51 @@ int main(int argc, char** argv) {
                  "token when set)")
       ->capture_default_str();
 
+  kiln::serve_args serve;
+  auto* sv = app.add_subcommand(
+      "serve",
+      "the pool as an HTTP service: KernelGYM's /evaluate for RL frameworks (Ctrl-C stops)");
+  sv->add_option("--bind", serve.bind, "address to listen on")->capture_default_str();
+  sv->add_option("--port", serve.port, "TCP port (0: any free one, printed)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  sv->add_option("--tokens", serve.tokens_file,
+                 "bearer tokens, one per line: TOKEN NAME [priority=..] [max_pending=N]");
+  sv->add_option("--state", serve.state_dir, "journal and imported problems (kept across restarts)")
+      ->capture_default_str();
+  sv->add_option("--backend", serve.backend, "cpu or cuda")->capture_default_str();
+  sv->add_option("--devices", serve.devices, "device actors (cuda: GPUs, 0 = all)")
+      ->capture_default_str();
+  sv->add_option("--compile-workers", serve.compile_workers, "parallel compiles")
+      ->capture_default_str();
+  sv->add_option("--cache-dir", serve.cache_dir, "kernel cache (default ~/.cache/kiln)");
+  sv->add_option("--suite", serve.suites, "tasks callers may name as reference_code (repeatable)");
+  sv->add_option("--baselines", serve.baselines,
+                 "torch.compile times (tools/torch_baselines.py): reference_backend \"compile\"");
+  sv->add_option("--remote", serve.remote, "a kiln node (HOST:PORT), repeatable");
+  sv->add_flag("--no-local", serve.no_local, "with --remote: no pool in this process");
+  sv->add_option("--tls", serve.tls_dir, "with --remote: mutual TLS to the nodes");
+  sv->add_option("--capacity", serve.capacity, "accepted, unfinished evaluations; past it 429")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  sv->add_option("--workers", serve.workers,
+                 "evaluations in flight (0: 2 x (devices + compile workers))")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  sv->add_option("--max-request-mib", serve.max_request_mib, "larger request bodies get 413")
+      ->check(CLI::Range(0.01, 256.0))
+      ->capture_default_str();
+  sv->add_option("--keep-results-h", serve.keep_results_h, "hours a finished result is kept")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  sv->add_option("--scale-batch", serve.scale_batch,
+                 "problems sent as reference_code: the importer's batch scale")
+      ->check(CLI::Range(1e-6, 1.0))
+      ->capture_default_str();
+  sv->add_option("--import-timeout", serve.import_timeout_s, "seconds to import one problem")
+      ->check(CLI::Range(10, 86400))
+      ->capture_default_str();
+
   kiln::node_args node;
   auto* nd = app.add_subcommand(
       "node", "publish this machine's pool for kiln run / kiln eval elsewhere (until Ctrl-C)");
@@ -321,6 +366,15 @@ int main(int argc, char** argv) {
   if (*syn) return kiln::cmd_synth(common, synth);
   if (*ev) return kiln::cmd_eval(common, eval);
   if (*nd) return kiln::cmd_node(common, node);
+#ifdef KILN_HAVE_SERVE
+  if (*sv) return kiln::cmd_serve(common, serve);
+#else
+  if (*sv) {
+    spdlog::error("kiln serve: this build has no HTTP service (it needs Boost's headers and "
+                  "libsqlite3-dev: apt-get install libboost-dev libsqlite3-dev, then rebuild)");
+    return 2;
+  }
+#endif
   if (*rep) return kiln::cmd_report(common, report);
   if (*be) {
     if (bench.suites.empty() && bench.what != "learner")

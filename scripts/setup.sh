@@ -8,7 +8,7 @@ pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev
   libspdlog-dev libfmt-dev doctest-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
-  libssl-dev openssl libcurl4-openssl-dev
+  libssl-dev openssl libcurl4-openssl-dev libsqlite3-dev
   libseccomp-dev libblas-dev iproute2 iptables libnetfilter-queue-dev
   libtorch-dev
   python3 python3-zmq python3-msgpack python3-numpy python3-torch python3-dev pybind11-dev

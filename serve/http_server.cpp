@@ -1,0 +1,201 @@
+#include "serve/http_server.hpp"
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <optional>
+#include <thread>
+
+namespace kiln {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+const char* http_reason(int status) {
+  auto s = http::obsolete_reason(static_cast<http::status>(status));
+  static thread_local std::string text;
+  text.assign(s.data(), s.size());
+  return text.c_str();
+}
+
+namespace {
+
+// One connection: read a request, hand it to the route, write its answer, read the next
+// (keep-alive). The answer may arrive from another thread: it is posted back to the
+// connection's strand, so the stream is only ever touched there.
+class connection : public std::enable_shared_from_this<connection> {
+public:
+  connection(tcp::socket s, const http_options& o, const route_fn& route, std::atomic<int>& open)
+      : stream_(std::move(s)), opts_(o), route_(route), open_(open) {
+    ++open_;
+    beast::error_code ec;
+    auto ep = stream_.socket().remote_endpoint(ec);
+    if (!ec) peer_ = ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+  ~connection() { --open_; }
+
+  void start() { read(); }
+
+  void refuse(int status, const std::string& why) {
+    reply(http_response{status, "{\"error\":\"" + why + "\"}", "application/json", {}}, false);
+  }
+
+private:
+  void read() {
+    parser_.emplace();
+    parser_->body_limit(opts_.max_body_bytes);
+    parser_->header_limit(16 * 1024);
+    stream_.expires_after(std::chrono::seconds(opts_.read_timeout_s));
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == asio::error::operation_aborted || ec == asio::error::connection_reset)
+      return close();
+    if (ec == http::error::body_limit) {
+      reply(http_response{413,
+                          "{\"error\":\"the request body is over the limit of " +
+                              std::to_string(opts_.max_body_bytes) + " bytes\"}",
+                          "application/json",
+                          {}},
+            false);
+      return;
+    }
+    if (ec) {
+      reply(http_response{400,
+                          "{\"error\":\"unreadable HTTP request: " + ec.message() + "\"}",
+                          "application/json",
+                          {}},
+            false);
+      return;
+    }
+    auto req = parser_->release();
+    keep_alive_ = req.keep_alive();
+    http_request r;
+    r.method = std::string(req.method_string());
+    r.target = std::string(req.target());
+    r.body = std::move(req.body());
+    if (auto it = req.find(http::field::authorization); it != req.end())
+      r.authorization = std::string(it->value());
+    r.peer = peer_;
+    // Nothing more is read while the answer is pending: one request in flight per connection.
+    stream_.expires_never();
+    auto self = shared_from_this();
+    auto answered = std::make_shared<std::atomic<bool>>(false);
+    respond_fn respond = [self, answered](http_response out) {
+      if (answered->exchange(true)) return;
+      asio::post(self->stream_.get_executor(),
+                 [self, out = std::move(out)]() mutable { self->reply(std::move(out), true); });
+    };
+    try {
+      route_(std::move(r), respond);
+    } catch (const std::exception& e) {
+      respond(http_response{500, "{\"error\":\"internal error\"}", "application/json", {}});
+    }
+  }
+
+  void reply(http_response out, bool may_keep) {
+    auto res = std::make_shared<http::response<http::string_body>>();
+    res->version(11);
+    res->result(static_cast<unsigned>(out.status));
+    res->set(http::field::server, "kiln-serve");
+    res->set(http::field::content_type, out.content_type);
+    for (const auto& [k, v] : out.headers) res->set(k, v);
+    res->body() = std::move(out.body);
+    bool keep = may_keep && keep_alive_;
+    res->keep_alive(keep);
+    res->prepare_payload();
+    stream_.expires_after(std::chrono::seconds(opts_.read_timeout_s));
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res, keep](beast::error_code ec, size_t) {
+                        if (ec || !keep) return self->close();
+                        self->read();
+                      });
+  }
+
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  const http_options& opts_;
+  const route_fn& route_;
+  std::atomic<int>& open_;
+  std::string peer_;
+  bool keep_alive_ = false;
+};
+
+} // namespace
+
+struct http_server::impl {
+  http_options opts;
+  route_fn route;
+  asio::io_context io{1};
+  tcp::acceptor acceptor{io};
+  std::atomic<int> open{0};
+  std::thread thread;
+
+  void accept() {
+    acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket s) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec) {
+        auto c = std::make_shared<connection>(std::move(s), opts, route, open);
+        if (open.load() > opts.max_connections)
+          c->refuse(503, "too many open connections");
+        else
+          c->start();
+      }
+      accept();
+    });
+  }
+};
+
+http_server::http_server(std::unique_ptr<impl> p) : p_(std::move(p)) {}
+
+expected<std::unique_ptr<http_server>> http_server::start(const http_options& opts,
+                                                          route_fn route) {
+  auto p = std::make_unique<impl>();
+  p->opts = opts;
+  p->route = std::move(route);
+  beast::error_code ec;
+  auto addr = asio::ip::make_address(opts.bind, ec);
+  if (ec) return error{"serve: '" + opts.bind + "' is not an IP address"};
+  tcp::endpoint ep{addr, opts.port};
+  std::string where = opts.bind + ":" + std::to_string(opts.port);
+  p->acceptor.open(ep.protocol(), ec);
+  if (!ec) p->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) p->acceptor.bind(ep, ec);
+  if (!ec) p->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return error{"serve: cannot listen on " + where + ": " + ec.message()};
+  p->accept();
+  auto* raw = p.get();
+  p->thread = std::thread([raw] { raw->io.run(); });
+  return std::unique_ptr<http_server>(new http_server(std::move(p)));
+}
+
+http_server::~http_server() {
+  asio::post(p_->io, [this] {
+    beast::error_code ec;
+    p_->acceptor.close(ec);
+  });
+  p_->io.stop();
+  if (p_->thread.joinable()) p_->thread.join();
+}
+
+uint16_t http_server::port() const { return p_->acceptor.local_endpoint().port(); }
+
+int http_server::open_connections() const { return p_->open.load(); }
+
+} // namespace kiln

@@ -1,0 +1,62 @@
+// The HTTP/1.1 front of `kiln serve` (Boost.Beast over Asio). One io thread accepts, reads and
+// writes; a request goes to the route function, whose answer may come later from any thread
+// (an evaluation waits minutes for the pool without holding the io thread).
+//   socket --read (size limit, read timeout)--> http_request --route--> respond(http_response)
+#pragma once
+
+#include "data/expected.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln {
+
+struct http_request {
+  std::string method; // "GET", "POST", ...
+  std::string target; // path and query, as sent
+  std::string body;
+  std::string authorization; // the Authorization header, "" when absent
+  std::string peer;          // "address:port"
+};
+
+struct http_response {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers; // extra ones (Retry-After, ...)
+};
+
+// Call once, from any thread; a respond_fn dropped uncalled answers 500.
+using respond_fn = std::function<void(http_response)>;
+using route_fn = std::function<void(http_request, respond_fn)>;
+
+struct http_options {
+  std::string bind = "127.0.0.1";
+  uint16_t port = 10907; // KernelGYM's default port, so its clients' defaults reach Kiln
+  size_t max_body_bytes = size_t{1} << 20;
+  int read_timeout_s = 30;   // a request's headers and body must arrive within this
+  int max_connections = 512; // beyond it a connection is answered 503 and closed
+};
+
+class http_server {
+public:
+  // Binds and starts the io thread; the error names the address when binding fails.
+  static expected<std::unique_ptr<http_server>> start(const http_options& opts, route_fn route);
+  ~http_server(); // stops accepting, closes connections, joins the io thread
+  uint16_t port() const;
+  int open_connections() const;
+
+private:
+  struct impl;
+  explicit http_server(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> p_;
+};
+
+// "400 Bad Request"-style reason phrase for a status code.
+const char* http_reason(int status);
+
+} // namespace kiln

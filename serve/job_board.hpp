@@ -1,0 +1,95 @@
+// Accepted evaluations between the HTTP front and the evaluator: a bounded queue ordered by
+// priority then arrival, a limit per token, each id's state, and callbacks waiting for results.
+// Every accepted job is in the journal before `submit` returns, so a restart loses none; worker
+// threads take jobs in order and run them.
+//   submit --journal.add--> queue --worker: evaluate--> result --journal.finish--> waiters, store
+#pragma once
+
+#include "serve/evaluation.hpp"
+#include "serve/journal.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kiln {
+
+struct job_board_options {
+  int capacity = 256;            // accepted and unfinished, all callers together
+  int workers = 8;               // evaluations in flight towards the pool
+  double keep_results_s = 86400; // finished results answered this long
+};
+
+struct board_counts {
+  int pending = 0, processing = 0;
+  int64_t completed = 0, failed = 0, refused_full = 0, refused_quota = 0;
+};
+
+class job_board {
+public:
+  using evaluate_fn = std::function<evaluation_result(const evaluation_request&)>;
+  using done_fn = std::function<void(const evaluation_result&)>;
+
+  job_board(job_board_options opts, journal& j, evaluate_fn evaluate);
+  ~job_board(); // stop(), then joins the workers
+  // No job starts after this, and a result that arrives after it is not journaled: what was
+  // accepted and not finished stays in the journal for the next start.
+  void stop();
+  job_board(const job_board&) = delete;
+  job_board& operator=(const job_board&) = delete;
+
+  // Re-queues what the journal holds unfinished (after a restart); returns how many.
+  expected<int> recover();
+
+  enum class admission { accepted, finished, running, full, over_quota, journal_failed };
+  struct ticket {
+    admission what;
+    std::optional<evaluation_result> result; // finished: the stored result
+    std::string why;                         // journal_failed: the journal's error
+  };
+  // `on_done` (may be empty) is called once with the result, from a worker thread, or at once
+  // when the id is already finished (and force_refresh is off). A running id gets the waiter.
+  ticket submit(const evaluation_request& r, const std::string& owner, int owner_max_pending,
+                done_fn on_done);
+
+  // pending | processing (no result yet), or the finished result; nullopt: unknown id.
+  std::optional<evaluation_result> find(const std::string& id);
+  int queue_position(const std::string& id); // 0-based among pending; -1 when not pending
+  board_counts counts();
+  double retry_after_s(); // a guess for 429's Retry-After: the queue's expected drain time
+
+private:
+  struct entry {
+    evaluation_request request;
+    std::string owner;
+    int priority = 1;
+    uint64_t order = 0;
+    std::string submitted_at;
+  };
+  void work();
+  void finish(const entry& e, const evaluation_result& r);
+
+  job_board_options opts_;
+  journal& journal_;
+  evaluate_fn evaluate_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<entry> queue_; // kept sorted: priority (high first), then order
+  std::set<std::string> running_;
+  std::map<std::string, std::vector<done_fn>> waiters_;
+  std::map<std::string, int> per_owner_;
+  board_counts counts_;
+  uint64_t order_ = 0;
+  double mean_s_ = 10; // running mean of an evaluation's time, for Retry-After
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+} // namespace kiln

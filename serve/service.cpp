@@ -1,0 +1,280 @@
+#include "serve/service.hpp"
+
+#include <cmath>
+#include <memory>
+#include <sstream>
+
+namespace kiln {
+
+using json = nlohmann::json;
+
+namespace {
+
+http_response json_response(int status, const json& body) {
+  return http_response{status, body.dump(), "application/json", {}};
+}
+
+// KernelGYM answers a request it cannot validate with 400 and this shape.
+http_response invalid(const std::string& why) {
+  auto r = json_response(400, json{{"error", "RequestValidationError"},
+                                   {"message", why},
+                                   {"error_code", "VALIDATION_ERROR"},
+                                   {"task_id", nullptr},
+                                   {"timestamp", iso_time_now()}});
+  r.headers.push_back({"X-Error-Code", "VALIDATION_ERROR"});
+  return r;
+}
+
+http_response detail(int status, const std::string& text) {
+  return json_response(status, json{{"detail", text}});
+}
+
+std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
+
+// Capped by what the caller's token allows.
+std::string allowed_priority(const std::string& asked, const token_entry& who) {
+  static const char* names[] = {"low", "normal", "high"};
+  return names[std::min(priority_rank(asked), who.priority)];
+}
+
+} // namespace
+
+service::service(job_board& board, const token_table* tokens, int capacity, service_info info)
+    : board_(board), tokens_(tokens), capacity_(capacity), info_(std::move(info)) {}
+
+void service::count(const std::string& endpoint, int code) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{endpoint, code}];
+}
+
+void service::observe_latency(double s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    if (s <= buckets_[i]) ++latency_counts_[i];
+  ++latency_n_;
+  latency_sum_ += s;
+}
+
+void service::route(http_request req, respond_fn respond) {
+  std::string path = path_of(req.target);
+  std::string endpoint = path.rfind("/status/", 0) == 0    ? "/status"
+                         : path.rfind("/results/", 0) == 0 ? "/results"
+                                                           : path;
+  respond_fn counted = [this, endpoint, respond](http_response r) {
+    count(endpoint, r.status);
+    respond(std::move(r));
+  };
+  if (path == "/health" && req.method == "GET") return counted(health());
+  token_entry who{"", "", 2, capacity_};
+  if (tokens_) {
+    auto t = tokens_->find(req.authorization);
+    if (!t) {
+      auto r = detail(401, "a valid 'Authorization: Bearer <token>' header is required");
+      r.headers.push_back({"WWW-Authenticate", "Bearer"});
+      return counted(std::move(r));
+    }
+    who = *t;
+  }
+  bool get = req.method == "GET", post = req.method == "POST";
+  if (path == "/" && get)
+    return counted(json_response(
+        200, json{{"name", "kiln"},
+                  {"description", "Kiln's honest kernel evaluation pool (KernelGYM's API)"},
+                  {"backend", info_.backend},
+                  {"timestamp", iso_time_now()}}));
+  if (path == "/evaluate" && post) return evaluate(req, who, counted);
+  if (path == "/evaluate/batch" && post) return evaluate_batch(req, who, counted);
+  if (endpoint == "/status" && get) return counted(status_of(path.substr(8)));
+  if (endpoint == "/results" && get) return counted(result_of(path.substr(9)));
+  if (path == "/metrics" && get) return counted(metrics());
+  for (const char* known : {"/", "/health", "/evaluate", "/evaluate/batch", "/metrics"})
+    if (path == known) return counted(detail(405, "Method Not Allowed"));
+  if (endpoint == "/status" || endpoint == "/results")
+    return counted(detail(405, "Method Not Allowed"));
+  counted(detail(404, "Not Found"));
+}
+
+void service::evaluate(const http_request& req, const token_entry& who, respond_fn respond) {
+  auto body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) return respond(invalid("the body is not JSON"));
+  auto r = parse_evaluation_request(body);
+  if (!r) return respond(invalid(r.message()));
+  r->priority = allowed_priority(r->priority, who);
+  bool wait = r->wait;
+  auto t0 = std::chrono::steady_clock::now();
+  job_board::done_fn done;
+  if (wait)
+    done = [this, respond, t0](const evaluation_result& res) {
+      observe_latency(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      respond(json_response(200, to_json(res)));
+    };
+  auto t = board_.submit(*r, who.name, who.max_pending, done);
+  switch (t.what) {
+  case job_board::admission::accepted:
+  case job_board::admission::running:
+    if (!wait) respond(json_response(202, json{{"task_id", r->task_id}, {"status", "pending"}}));
+    return;
+  case job_board::admission::finished:
+    if (!wait) respond(json_response(200, to_json(*t.result)));
+    return;
+  case job_board::admission::full:
+  case job_board::admission::over_quota: {
+    bool full = t.what == job_board::admission::full;
+    auto res = json_response(
+        429, json{{"detail", full ? "the queue is full (" + std::to_string(capacity_) +
+                                        " evaluations accepted and unfinished)"
+                                  : "this token has " + std::to_string(who.max_pending) +
+                                        " evaluations unfinished, its limit"},
+                  {"error_code", "RESOURCE_ERROR"}});
+    res.headers.push_back(
+        {"Retry-After", std::to_string(static_cast<int>(std::ceil(board_.retry_after_s())))});
+    return respond(std::move(res));
+  }
+  case job_board::admission::journal_failed:
+    return respond(detail(503, "the journal refused the job: " + t.why));
+  }
+}
+
+void service::evaluate_batch(const http_request& req, const token_entry& who, respond_fn respond) {
+  auto body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object())
+    return respond(invalid("the body is not a JSON object"));
+  if (!body.contains("tasks") || !body["tasks"].is_array() || body["tasks"].empty() ||
+      body["tasks"].size() > 100)
+    return respond(invalid("'tasks' must be a list of 1 to 100 evaluation requests"));
+  std::string batch_id = body.value("batch_id", std::string());
+  std::vector<evaluation_request> reqs;
+  for (size_t i = 0; i < body["tasks"].size(); ++i) {
+    auto r = parse_evaluation_request(body["tasks"][i]);
+    if (!r) return respond(invalid("tasks[" + std::to_string(i) + "]: " + r.message()));
+    r->priority = allowed_priority(r->priority, who);
+    reqs.push_back(*r);
+  }
+  // Every accepted evaluation runs side by side; the answer goes when the last is done.
+  struct gather {
+    std::mutex mu;
+    std::vector<json> results;
+    size_t left = 0;
+    std::string batch_id, submitted_at;
+    respond_fn respond;
+  };
+  auto g = std::make_shared<gather>();
+  g->results.resize(reqs.size());
+  g->left = reqs.size();
+  g->batch_id = batch_id;
+  g->submitted_at = iso_time_now();
+  g->respond = respond;
+  auto settle = [g](size_t i, json result) {
+    std::unique_lock<std::mutex> lock(g->mu);
+    g->results[i] = std::move(result);
+    if (--g->left != 0) return;
+    int completed = 0, failed = 0;
+    for (const auto& x : g->results) ++(x.value("status", "") == "completed" ? completed : failed);
+    json out{{"batch_id", g->batch_id},         {"total_tasks", g->results.size()},
+             {"completed_tasks", completed},    {"failed_tasks", failed},
+             {"results", g->results},           {"batch_status", "completed"},
+             {"submitted_at", g->submitted_at}, {"completed_at", iso_time_now()}};
+    lock.unlock();
+    g->respond(json_response(200, out));
+  };
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].wait = true;
+    auto t = board_.submit(reqs[i], who.name, who.max_pending,
+                           [settle, i](const evaluation_result& r) { settle(i, to_json(r)); });
+    if (t.what == job_board::admission::full || t.what == job_board::admission::over_quota ||
+        t.what == job_board::admission::journal_failed) {
+      evaluation_result r;
+      r.task_id = reqs[i].task_id;
+      r.status = "failed";
+      r.error_code = "RESOURCE_ERROR";
+      r.error_message = t.what == job_board::admission::journal_failed
+                            ? "the journal refused the job: " + t.why
+                            : "not accepted: the queue or this token's limit is full; retry "
+                              "after " +
+                                  std::to_string(static_cast<int>(board_.retry_after_s())) + " s";
+      settle(i, to_json(r));
+    }
+  }
+}
+
+http_response service::status_of(const std::string& id) {
+  auto r = board_.find(id);
+  if (!r) return detail(404, "Task " + id + " not found");
+  int pos = r->status == "pending" ? board_.queue_position(id) : -1;
+  return json_response(200, json{{"task_id", id},
+                                 {"status", r->status},
+                                 {"progress", nullptr},
+                                 {"estimated_completion", nullptr},
+                                 {"queue_position", pos >= 0 ? json(pos) : json(nullptr)},
+                                 {"assigned_device", nullptr}});
+}
+
+http_response service::result_of(const std::string& id) {
+  auto r = board_.find(id);
+  if (!r) return detail(404, "Task " + id + " not found");
+  if (r->status == "pending" || r->status == "processing")
+    return detail(404, "Task " + id + " has no result yet (" + r->status + ")");
+  return json_response(200, to_json(*r));
+}
+
+http_response service::health() {
+  auto c = board_.counts();
+  double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  return json_response(200, json{{"status", "healthy"},
+                                 {"timestamp", iso_time_now()},
+                                 {"backend", info_.backend},
+                                 {"queue_status",
+                                  {{"pending", c.pending},
+                                   {"processing", c.processing},
+                                   {"completed", c.completed + c.failed}}},
+                                 {"active_tasks", c.processing},
+                                 {"total_processed", c.completed + c.failed},
+                                 {"uptime", up}});
+}
+
+http_response service::metrics() {
+  auto c = board_.counts();
+  std::ostringstream m;
+  m << "# HELP kiln_serve_queue_depth Evaluations accepted and not yet started.\n"
+    << "# TYPE kiln_serve_queue_depth gauge\nkiln_serve_queue_depth " << c.pending << "\n"
+    << "# HELP kiln_serve_processing Evaluations running now.\n"
+    << "# TYPE kiln_serve_processing gauge\nkiln_serve_processing " << c.processing << "\n"
+    << "# HELP kiln_serve_evaluations_total Finished evaluations by status.\n"
+    << "# TYPE kiln_serve_evaluations_total counter\n"
+    << "kiln_serve_evaluations_total{status=\"completed\"} " << c.completed << "\n"
+    << "kiln_serve_evaluations_total{status=\"failed\"} " << c.failed << "\n"
+    << "# HELP kiln_serve_refused_total Evaluations refused with 429.\n"
+    << "# TYPE kiln_serve_refused_total counter\n"
+    << "kiln_serve_refused_total{reason=\"queue_full\"} " << c.refused_full << "\n"
+    << "kiln_serve_refused_total{reason=\"token_limit\"} " << c.refused_quota << "\n";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    m << "# HELP kiln_serve_requests_total HTTP requests by endpoint and status code.\n"
+      << "# TYPE kiln_serve_requests_total counter\n";
+    for (const auto& [k, n] : requests_)
+      m << "kiln_serve_requests_total{endpoint=\"" << k.first << "\",code=\"" << k.second << "\"} "
+        << n << "\n";
+    m << "# HELP kiln_serve_evaluation_seconds Time from request to answer of /evaluate.\n"
+      << "# TYPE kiln_serve_evaluation_seconds histogram\n";
+    for (size_t i = 0; i < buckets_.size(); ++i)
+      m << "kiln_serve_evaluation_seconds_bucket{le=\"" << buckets_[i] << "\"} "
+        << latency_counts_[i] << "\n";
+    m << "kiln_serve_evaluation_seconds_bucket{le=\"+Inf\"} " << latency_n_ << "\n"
+      << "kiln_serve_evaluation_seconds_sum " << latency_sum_ << "\n"
+      << "kiln_serve_evaluation_seconds_count " << latency_n_ << "\n";
+  }
+  if (info_.pool_stats) {
+    auto s = json::parse(info_.pool_stats(), nullptr, false);
+    if (!s.is_discarded() && s.contains("devices") && s["devices"].is_array()) {
+      m << "# HELP kiln_serve_device_busy_share Share of time each device ran jobs.\n"
+        << "# TYPE kiln_serve_device_busy_share gauge\n";
+      for (size_t i = 0; i < s["devices"].size(); ++i)
+        if (s["devices"][i].contains("busy_share") && s["devices"][i]["busy_share"].is_number())
+          m << "kiln_serve_device_busy_share{device=\"" << i << "\"} "
+            << s["devices"][i]["busy_share"].get<double>() << "\n";
+    }
+  }
+  return http_response{200, m.str(), "text/plain; version=0.0.4", {}};
+}
+
+} // namespace kiln

@@ -1,0 +1,239 @@
+"""kiln serve over HTTP, as an RL framework's reward function calls it (KernelGYM's API): tokens,
+request checks, verdicts, stored results, the queue's limits, a batch, metrics, and a server
+killed with work accepted that runs it after its restart.
+Usage: test_serve_http.py KILN SOURCE_DIR WORK_DIR"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+KILN, SRC, WORK = sys.argv[1:4]
+TOKEN, SMALL_TOKEN = "a" * 24 + "-trainer", "b" * 24 + "-limited"
+RELU = os.path.join(SRC, "data/suites/level1/small/relu.toml")  # x: [80, 16384]
+MODELNEW = os.path.join(SRC, "tests/data/kernelbench/modelnew")
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def relu_source(body="a->y[i] = a->x[i] > 0.f ? a->x[i] : 0.f;", sleep_ms=0):
+    return f"""//! kiln-source cpu
+#include "kiln_abi.h"
+#include <time.h>
+namespace {{
+struct relu_args {{ const float* x; float* y; }};
+void relu_range(void* ctx, int64_t begin, int64_t end) {{
+  auto* a = static_cast<relu_args*>(ctx);
+  for (int64_t i = begin; i < end; ++i) {body}
+}}
+}}
+extern "C" int kiln_run(const kiln_host* host, const void* const* inputs,
+                        const void* const*, void* const* outputs) {{
+  if ({sleep_ms} > 0) {{ timespec t{{0, {sleep_ms} * 1000000L}}; nanosleep(&t, nullptr); }}
+  relu_args a{{static_cast<const float*>(inputs[0]), static_cast<float*>(outputs[0])}};
+  host->parallel_for(host, int64_t{{80}} * 16384, 1 << 16, relu_range, &a);
+  return 0;
+}}
+"""
+
+
+class Server:
+    def __init__(self, *extra):
+        self.log = open(os.path.join(WORK, "serve.log"), "a")
+        self.proc = subprocess.Popen(
+            [KILN, "--threads", "1", "serve", "--port", "0", "--tokens", tokens_file, "--state",
+             os.path.join(WORK, "state"), "--cache-dir", os.path.join(WORK, "cache"), "--suite",
+             RELU, "--capacity", "3", "--workers", "1", "--max-request-mib", "0.25",
+             "--scale-batch", "1", *extra],
+            stdout=subprocess.PIPE, stderr=self.log, text=True)
+        line = self.proc.stdout.readline()
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if not m:
+            sys.exit(f"kiln serve did not start: {line!r}; see {WORK}/serve.log")
+        self.base = f"http://127.0.0.1:{m.group(1)}"
+
+    def call(self, method, path, body=None, token=TOKEN, raw=None, timeout=300):
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = "Bearer " + token
+        req = urllib.request.Request(self.base + path, data, headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                text = r.read().decode()
+                return r.status, dict(r.headers), text
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read().decode()
+
+    def json(self, method, path, body=None, **kw):
+        code, headers, text = self.call(method, path, body, **kw)
+        try:
+            return code, headers, json.loads(text)
+        except ValueError:
+            return code, headers, text
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+
+def evaluate(server, task_id, kernel, reference="relu", **extra):
+    body = {"task_id": task_id, "reference_code": reference, "kernel_code": kernel,
+            "backend": "cpu", "num_perf_trials": 20, **extra}
+    return server.json("POST", "/evaluate", body)
+
+
+shutil.rmtree(WORK, ignore_errors=True)
+os.makedirs(WORK)
+tokens_file = os.path.join(WORK, "tokens")
+with open(tokens_file, "w") as f:
+    f.write(f"# who may call\n{TOKEN} trainer priority=high\n{SMALL_TOKEN} limited max_pending=1\n")
+
+s = Server()
+# Who may call.
+code, _, body = s.json("GET", "/health", token=None)
+check(code == 200 and body["status"] == "healthy", "/health answers without a token")
+code, headers, _ = s.json("POST", "/evaluate", {}, token=None)
+check(code == 401 and headers.get("WWW-Authenticate") == "Bearer", "no token: 401")
+code, _, _ = s.json("POST", "/evaluate", {}, token="c" * 24)
+check(code == 401, "a wrong token: 401")
+# What is taken.
+code, _, body = s.json("POST", "/evaluate", raw=b"{not json")
+check(code == 400 and body["error_code"] == "VALIDATION_ERROR", "a body that is not JSON: 400")
+code, _, body = s.json("POST", "/evaluate", {"task_id": "x", "reference_code": "relu"})
+check(code == 400 and "'kernel_code' is required" in body["message"], "a missing field is named")
+code, _, body = evaluate(s, "x", relu_source(), num_perf_trials=5000)
+check(code == 400 and "'num_perf_trials' is 5000" in body["message"], "an out-of-range field")
+code, _, _ = s.json("POST", "/evaluate", raw=b"{" + b" " * (300 << 10) + b"}")
+check(code == 413, "a body over --max-request-mib: 413")
+code, _, _ = s.json("GET", "/nowhere")
+check(code == 404, "an unknown path: 404")
+code, _, _ = s.json("GET", "/evaluate")
+check(code == 405, "GET /evaluate: 405")
+code, _, body = evaluate(s, "no-such", relu_source(), reference="gelu_of_nothing")
+check(code == 200 and body["error_code"] == "VALIDATION_ERROR" and
+      "no served task is named 'gelu_of_nothing'" in body["error_message"],
+      "an unknown task name is a VALIDATION_ERROR naming it")
+code, _, body = evaluate(s, "no-modelnew", "print('hello')\n")
+check(body.get("error_code") == "VALIDATION_ERROR" and "no class ModelNew" in body["error_message"],
+      "kernel_code that is no submission is refused")
+
+# Verdicts, in KernelGYM's fields.
+code, _, good = evaluate(s, "honest", relu_source())
+check(code == 200 and good["status"] == "completed" and good["correctness"] is True and
+      good["compiled"] is True and good["speedup"] > 0 and good["kernel_runtime"] > 0 and
+      good["reference_runtime"] > 0 and good["metadata"]["kiln"]["outcome"] == "correct",
+      f"an honest kernel: completed, correct, timed ({json.dumps(good)[:300]})")
+check(abs(good["speedup"] - good["reference_runtime"] / good["kernel_runtime"]) < 1e-6,
+      "speedup = reference_runtime / kernel_runtime")
+code, _, wrong = evaluate(s, "zeros", relu_source(body="a->y[i] = 0.f;"))
+check(wrong["correctness"] is False and wrong["error_code"] == "CORRECTNESS_ERROR" and
+      wrong["speedup"] == 0.0 and wrong["status"] == "completed",
+      "a kernel that writes zeros: CORRECTNESS_ERROR, speedup 0")
+code, _, broken = evaluate(s, "broken", relu_source(body="a->y[i] = undefined_name;"))
+check(broken["compiled"] is False and broken["error_code"] == "COMPILATION_ERROR" and
+      broken["status"] == "failed", "a kernel that does not compile: COMPILATION_ERROR, failed")
+# Stored results.
+code, _, st = s.json("GET", "/status/honest")
+check(code == 200 and st["status"] == "completed", "/status of a finished id")
+code, _, res = s.json("GET", "/results/honest")
+check(code == 200 and res["speedup"] == good["speedup"], "/results gives the same verdict")
+code, _, again = evaluate(s, "honest", relu_source(body="a->y[i] = 0.f;"))
+check(again["completed_at"] == good["completed_at"] and again["correctness"] is True,
+      "the same task_id again answers the stored result, as KernelGYM does")
+code, _, st = s.json("GET", "/status/never-sent")
+check(code == 404, "/status of an unknown id: 404")
+
+# A KernelBench problem as the reference, a ModelNew (load_inline C++) as the kernel.
+problem = open(os.path.join(MODELNEW, "linear_relu.py")).read()
+model_new = open(os.path.join(MODELNEW, "submissions/honest_load_inline.py")).read()
+code, _, kb = evaluate(s, "kb-honest", model_new, reference=problem)
+check(kb.get("correctness") is True and kb["metadata"]["kiln"]["task"].startswith("kb_l1_p"),
+      f"a KernelBench problem and its ModelNew: imported, correct ({json.dumps(kb)[:400]})")
+code, _, bad_ref = evaluate(s, "kb-bad-ref", model_new,
+                            reference="import torch\nclass Model(torch.nn.Module):\n  pass\n")
+check(bad_ref.get("error_code") == "VALIDATION_ERROR" and
+      "KernelBench problem not imported" in bad_ref.get("error_message", ""),
+      f"a problem the importer refuses: its reason ({bad_ref.get('error_message', '')[:200]})")
+
+# The queue: capacity 3, one worker, slow kernels.
+slow = relu_source(sleep_ms=150)
+code, _, body = evaluate(s, "slow-0", slow, wait=False)
+check(code == 202 and body["status"] == "pending", "wait=false: 202, pending")
+code, headers, body = s.json("POST", "/evaluate", {"task_id": "q-limited", "reference_code": "relu",
+                             "kernel_code": slow, "backend": "cpu", "wait": False},
+                             token=SMALL_TOKEN)
+check(code == 202, "the limited token's first job is accepted")
+code, headers, body = s.json("POST", "/evaluate", {"task_id": "q-limited-2", "reference_code": "relu",
+                             "kernel_code": slow, "backend": "cpu", "wait": False},
+                             token=SMALL_TOKEN)
+check(code == 429 and "Retry-After" in headers and "its limit" in body["detail"],
+      "past the token's max_pending: 429 with Retry-After")
+code, _, _ = evaluate(s, "slow-1", slow, wait=False)
+code, headers, body = evaluate(s, "slow-2", slow, wait=False)
+check(code == 429 and int(headers["Retry-After"]) >= 1 and "queue is full" in body["detail"],
+      "past --capacity: 429 with Retry-After")
+code, _, st = s.json("GET", "/status/slow-1")
+check(code == 200 and st["status"] == "pending" and st["queue_position"] is not None,
+      "/status of a queued id: pending, with its place")
+code, _, body = s.json("GET", "/results/slow-1")
+check(code == 404 and "no result yet" in body["detail"], "/results before the verdict: 404")
+
+# Killed with work accepted: the restart runs it, and old results are still answered.
+s.kill()
+s = Server()
+deadline = time.time() + 240
+while time.time() < deadline:
+    code, _, st = s.json("GET", "/status/slow-1")
+    if code == 200 and st["status"] in ("completed", "failed"):
+        break
+    time.sleep(0.5)
+check(st.get("status") == "completed", "an evaluation accepted before a kill -9 ran after the restart")
+code, _, res = s.json("GET", "/results/slow-1")
+check(code == 200 and res["correctness"] is True, "and its result is answered")
+code, _, res = s.json("GET", "/results/honest")
+check(code == 200 and res["speedup"] == good["speedup"], "results from before the kill are kept")
+
+# A batch, and what the server counted.
+code, _, batch = s.json("POST", "/evaluate/batch", {"batch_id": "b1", "tasks": [
+    {"task_id": "b-good", "reference_code": "relu", "kernel_code": relu_source(), "backend": "cpu",
+     "force_refresh": True},
+    {"task_id": "b-zeros", "reference_code": "relu", "kernel_code": relu_source(body="a->y[i] = 0.f;"),
+     "backend": "cpu"}]})
+check(code == 200 and batch["total_tasks"] == 2 and
+      [r["correctness"] for r in batch["results"]] == [True, False],
+      "/evaluate/batch: one verdict per task, in order")
+code, _, text = s.call("GET", "/metrics")
+check(code == 200 and re.search(r'kiln_serve_evaluations_total\{status="completed"\} [1-9]', text)
+      and 'kiln_serve_requests_total{endpoint="/evaluate/batch",code="200"} 1' in text
+      and "kiln_serve_evaluation_seconds_count" in text,
+      "/metrics in Prometheus' text format")
+rc = s.stop()
+check(rc == 0, "SIGTERM: a clean stop")
+log = open(os.path.join(WORK, "serve.log")).read()
+check("accepted evaluation" in log and "from the journal run again" in log,
+      "the restart said what it took from the journal")
+
+# Beyond loopback without tokens: refused before anything listens.
+r = subprocess.run([KILN, "serve", "--bind", "0.0.0.0", "--port", "0", "--state",
+                    os.path.join(WORK, "state2")], capture_output=True, text=True, timeout=60)
+check(r.returncode == 2 and "needs --tokens" in r.stderr, "--bind 0.0.0.0 without --tokens: exit 2")
+
+if failures:
+    sys.exit(f"{len(failures)} checks failed: {failures}")
+print("all checks passed")
