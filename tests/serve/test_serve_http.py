@@ -223,6 +223,30 @@ check(code == 200 and re.search(r'kiln_serve_evaluations_total\{status="complete
       and 'kiln_serve_requests_total{endpoint="/evaluate/batch",code="200"} 1' in text
       and "kiln_serve_evaluation_seconds_count" in text,
       "/metrics in Prometheus' text format")
+# The Python client and the reward function RL frameworks call (tools/kiln_client.py).
+sys.path.insert(0, os.path.join(SRC, "tools"))
+import kiln_client  # noqa: E402
+
+client = kiln_client.KilnClient(s.base, token=TOKEN)
+check(client.health()["status"] == "healthy", "client: health")
+answer = "My kernel fuses the bias and ReLU.\n```python\n" + model_new + "```\n"
+got = kiln_client.compute_score("kernelbench", answer, problem, {"backend": "cpu"}, client=client)
+check(got["correct"] and got["score"] >= 1.0, f"compute_score: a correct ModelNew scores >= 1 ({got})")
+got = kiln_client.compute_score_batch(
+    ["kb", "kb"], [relu_source(), relu_source(body="a->y[i] = 0.f;")], ["relu", "relu"],
+    [{"backend": "cpu"}, {"backend": "cpu"}], client=client)
+check([g["score"] for g in got][1] == -1.0 and got[0]["correct"],
+      f"compute_score_batch: a wrong kernel scores -1 ({got})")
+ticket = client.evaluate("client-async", "relu", relu_source(), backend="cpu", wait=False)
+check(client.wait_result(ticket["task_id"], poll_s=0.2, timeout_s=120)["correctness"] is True,
+      "client: submit, then poll /status and fetch /results as KernelGYM's client does")
+try:
+    kiln_client.KilnClient(s.base, token="d" * 24).health()
+    kiln_client.KilnClient(s.base, token="d" * 24).status("x")
+    check(False, "client: a wrong token raises")
+except kiln_client.KilnError as e:
+    check(e.status == 401, "client: a wrong token raises KilnError(401)")
+
 rc = s.stop()
 check(rc == 0, "SIGTERM: a clean stop")
 log = open(os.path.join(WORK, "serve.log")).read()
