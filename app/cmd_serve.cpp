@@ -1,11 +1,13 @@
-// kiln serve: the honest pool as an HTTP service (serve/): KernelGYM's reward calls for RL
-// frameworks, a durable journal, bearer tokens, a bounded queue. Runs until SIGINT / SIGTERM;
-// accepted work not finished by then runs at the next start with the same --state folder.
+// kiln serve: the honest pool as an HTTP service (serve/): KernelGYM's reward calls and OpenEnv's
+// episodes for RL frameworks, a durable journal, bearer tokens, a bounded queue. Runs until SIGINT
+// / SIGTERM; accepted work not finished by then runs at the next start with the same --state
+// folder.
 #include "actors/actor_system_setup.hpp"
 #include "actors/messages.hpp"
 #include "app/commands.hpp"
 #include "app/eval_runner.hpp"
 #include "data/task_set.hpp"
+#include "serve/episodes.hpp"
 #include "serve/evaluator.hpp"
 #include "serve/http_server.hpp"
 #include "serve/job_board.hpp"
@@ -98,6 +100,10 @@ int cmd_serve(const common_args& common, const serve_args& args) {
     return 2;
   }
   pool_handle pool(sys, *pool_actor, cfg->backend);
+  // Declared here, destroyed between the board and the actor system: the board's waiters answer
+  // through the server's connections, so it outlives them; and its io thread (which asks the
+  // pool for /metrics) holds CAF's logger until it ends, which the actor system waits for.
+  std::unique_ptr<http_server> server;
   problem_importer problems({args.state_dir, args.scale_batch, args.import_timeout_s});
   evaluator eval(pool, set.tasks, problems, baselines ? &*baselines : nullptr);
   job_board_options bo;
@@ -105,7 +111,6 @@ int cmd_serve(const common_args& common, const serve_args& args) {
   // Enough evaluations in flight to keep every device and compile worker busy.
   bo.workers = args.workers > 0 ? args.workers : 2 * (cfg->devices + cfg->compile_workers);
   bo.keep_results_s = args.keep_results_h * 3600;
-  // Declared before the server: destroyed after it, so no answer outlives its connection.
   job_board board(bo, **jr, [&](const evaluation_request& r) { return eval.run(r); });
   auto recovered = board.recover();
   if (!recovered) {
@@ -115,24 +120,30 @@ int cmd_serve(const common_args& common, const serve_args& args) {
   if (*recovered > 0)
     spdlog::info("kiln serve: {} accepted evaluation{} from the journal run again", *recovered,
                  *recovered == 1 ? "" : "s");
-  service svc(board, tokens ? &*tokens : nullptr, args.capacity,
+  episode_options eo;
+  eo.max_turns = args.max_turns;
+  eo.max_sessions = args.max_sessions;
+  eo.ttl_s = args.session_ttl_s;
+  episodes eps(eo, board, eval, cfg->backend);
+  service svc(board, eps, tokens ? &*tokens : nullptr, args.capacity,
               {to_string(cfg->backend), [&] { return pool.stats(); }});
   http_options ho;
   ho.bind = args.bind;
   ho.port = static_cast<uint16_t>(args.port);
   ho.max_body_bytes = static_cast<size_t>(args.max_request_mib * (1 << 20));
-  auto server = http_server::start(
+  auto started = http_server::start(
       ho, [&](http_request r, respond_fn done) { svc.route(std::move(r), done); });
-  if (!server) {
-    spdlog::error("{}", server.message());
+  if (!started) {
+    spdlog::error("{}", started.message());
     return 2;
   }
+  server = std::move(*started);
   // One line on stdout that scripts can read the address from.
   std::printf("kiln serve: %s pool, %d device%s (%s), %zu served task%s, listening on "
               "http://%s:%u%s\n",
               to_string(cfg->backend), cfg->devices, cfg->devices == 1 ? "" : "s",
               cfg->device_name.c_str(), set.tasks.size(), set.tasks.size() == 1 ? "" : "s",
-              args.bind.c_str(), static_cast<unsigned>((*server)->port()),
+              args.bind.c_str(), static_cast<unsigned>(server->port()),
               tokens ? "" : " (no tokens: loopback only)");
   std::fflush(stdout);
   std::signal(SIGINT, on_serve_signal);
@@ -142,9 +153,9 @@ int cmd_serve(const common_args& common, const serve_args& args) {
   spdlog::info("kiln serve: stopping; {} completed, {} failed, {} pending and {} running kept in "
                "the journal",
                c.completed, c.failed, c.pending, c.processing);
-  server->reset();
+  // No job starts now and none is journaled as finished; the pool's exit returns the ones
+  // waiting on it, so the board's workers join; the server closes last.
   board.stop();
-  // The pool goes first, so evaluations waiting on it return and the board's workers can join.
   caf::anon_send_exit(pool.actor(), caf::exit_reason::user_shutdown);
   return 0;
 }

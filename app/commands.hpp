@@ -95,6 +95,9 @@ struct serve_args {
   double keep_results_h = 24;
   double scale_batch = 1.0; // imported problems' batch scale (the importer's --scale-batch)
   int import_timeout_s = 600;
+  int max_turns = 4; // OpenEnv episodes: steps per episode unless /reset asks otherwise
+  int max_sessions = 4096;
+  double session_ttl_s = 3600; // idle episodes dropped after this
 };
 int cmd_serve(const common_args& common, const serve_args& args);
 

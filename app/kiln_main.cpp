@@ -183,6 +183,16 @@ int main(int argc, char** argv) {
   sv->add_option("--import-timeout", serve.import_timeout_s, "seconds to import one problem")
       ->check(CLI::Range(10, 86400))
       ->capture_default_str();
+  sv->add_option("--max-turns", serve.max_turns, "episodes (/reset, /step): steps per episode")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sv->add_option("--max-sessions", serve.max_sessions, "episodes open at once; past it 429")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  sv->add_option("--session-ttl-s", serve.session_ttl_s,
+                 "idle seconds before an episode is dropped")
+      ->check(CLI::Range(1.0, 1e7))
+      ->capture_default_str();
 
   kiln::node_args node;
   auto* nd = app.add_subcommand(

@@ -1,6 +1,8 @@
 #include "serve/evaluator.hpp"
 
 #include "pool/device_pool.hpp"
+#include "rollout/observation_text.hpp"
+#include "rollout/reward.hpp"
 #include "submission/submission_kind.hpp"
 
 #include <algorithm>
@@ -25,7 +27,7 @@ evaluator::evaluator(pool_handle& pool, std::vector<task> served, problem_import
   for (auto& t : served) served_.emplace(t.name, std::move(t));
 }
 
-expected<task> evaluator::reference(const std::string& code) {
+expected<task> evaluator::resolve_reference(const std::string& code) {
   // A served task's name: one word, no newline (a problem source has both).
   auto first = code.find_first_not_of(" \t\r\n");
   auto last = code.find_last_not_of(" \t\r\n");
@@ -104,7 +106,7 @@ evaluation_result evaluator::run(const evaluation_request& r) {
                                           to_string(pool_.backend()));
   auto submission = submission_text(r.kernel_code);
   if (!submission) return refuse("VALIDATION_ERROR", submission.message());
-  auto ref = reference(r.reference_code);
+  auto ref = resolve_reference(r.reference_code);
   if (!ref) return refuse("VALIDATION_ERROR", "reference_code: " + ref.message());
   kiln_meta["task"] = ref->name;
 
@@ -137,6 +139,17 @@ evaluation_result evaluator::run(const evaluation_request& r) {
   kiln_meta["queue_ms"] = o.queue_ms;
   res.compiled = o.kind != outcome_kind::compile_error;
   res.correctness = o.kind == outcome_kind::correct && o.time.has_value();
+  // What Kiln's own episodes feed back and reward, so a multi-turn agent can use the same.
+  {
+    double se = *res.correctness ? eager_ms / o.time->median_ms : 0.0;
+    std::optional<double> sc;
+    if (*res.correctness && compile_ms) sc = *compile_ms / o.time->median_ms;
+    bool suspect = *res.correctness && timing_suspect(*o.time);
+    kiln_meta["feedback"] = observation_text(o, se, sc);
+    kiln_meta["reward"] =
+        turn_reward(reward_config{}, *res.correctness, suspect ? std::min(se, 1.0) : se,
+                    suspect ? std::nullopt : sc);
+  }
   if (!*res.correctness) {
     res.reference_runtime = res.kernel_runtime = -1.0;
     res.speedup = 0.0;

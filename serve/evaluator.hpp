@@ -25,9 +25,10 @@ public:
   evaluator(pool_handle& pool, std::vector<task> served, problem_importer& problems,
             const compile_baselines* baselines);
   evaluation_result run(const evaluation_request& r);
+  // A served task by name, else the problem source imported (blocking on a first import).
+  expected<task> resolve_reference(const std::string& code);
 
 private:
-  expected<task> reference(const std::string& code);
   outcome eager(const task& t);
 
   pool_handle& pool_;

@@ -88,13 +88,26 @@ private:
     r.peer = peer_;
     // Nothing more is read while the answer is pending: one request in flight per connection.
     stream_.expires_never();
-    auto self = shared_from_this();
-    auto answered = std::make_shared<std::atomic<bool>>(false);
-    respond_fn respond = [self, answered](http_response out) {
-      if (answered->exchange(true)) return;
-      asio::post(self->stream_.get_executor(),
-                 [self, out = std::move(out)]() mutable { self->reply(std::move(out), true); });
+    // The first call answers; a respond_fn whose every copy is dropped uncalled (a job dropped
+    // by a stop) answers 500 from the guard's destructor, so no client waits forever.
+    struct guard {
+      std::shared_ptr<connection> self;
+      std::atomic<bool> answered{false};
+      void send(http_response out) {
+        if (answered.exchange(true)) return;
+        asio::post(self->stream_.get_executor(),
+                   [c = self, out = std::move(out)]() mutable { c->reply(std::move(out), true); });
+      }
+      ~guard() {
+        send(http_response{500,
+                           "{\"detail\":\"the request was dropped: the server is stopping\"}",
+                           "application/json",
+                           {}});
+      }
     };
+    auto g = std::make_shared<guard>();
+    g->self = shared_from_this();
+    respond_fn respond = [g](http_response out) { g->send(std::move(out)); };
     try {
       route_(std::move(r), respond);
     } catch (const std::exception& e) {

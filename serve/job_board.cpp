@@ -36,11 +36,11 @@ job_board::job_board(job_board_options opts, journal& j, evaluate_fn evaluate)
 }
 
 void job_board::stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
+  std::unique_lock<std::mutex> lock(mu_);
+  stopping_ = true;
   cv_.notify_all();
+  // Callbacks already under way finish before this returns; none starts after it.
+  cv_.wait(lock, [&] { return finishing_ == 0; });
 }
 
 job_board::~job_board() {
@@ -154,8 +154,14 @@ void job_board::work() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return; // the pool was stopped under it: run again at the next start
       mean_s_ = 0.9 * mean_s_ + 0.1 * took;
+      ++finishing_;
     }
     finish(e, r);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --finishing_;
+    }
+    cv_.notify_all();
   }
 }
 

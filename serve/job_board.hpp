@@ -89,6 +89,7 @@ private:
   uint64_t order_ = 0;
   double mean_s_ = 10; // running mean of an evaluation's time, for Retry-After
   bool stopping_ = false;
+  int finishing_ = 0; // workers between their evaluation and their callbacks
   std::vector<std::thread> workers_;
 };
 

@@ -31,6 +31,21 @@ http_response detail(int status, const std::string& text) {
 
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 
+// The value of `key` in the target's query ("" when absent); ids need no percent-decoding.
+std::string query_value(const std::string& target, const std::string& key) {
+  auto q = target.find('?');
+  if (q == std::string::npos) return "";
+  std::string query = target.substr(q + 1);
+  for (size_t at = 0; at <= query.size();) {
+    size_t end = query.find('&', at);
+    if (end == std::string::npos) end = query.size();
+    auto pair = query.substr(at, end - at);
+    if (pair.rfind(key + "=", 0) == 0) return pair.substr(key.size() + 1);
+    at = end + 1;
+  }
+  return "";
+}
+
 // Capped by what the caller's token allows.
 std::string allowed_priority(const std::string& asked, const token_entry& who) {
   static const char* names[] = {"low", "normal", "high"};
@@ -39,8 +54,9 @@ std::string allowed_priority(const std::string& asked, const token_entry& who) {
 
 } // namespace
 
-service::service(job_board& board, const token_table* tokens, int capacity, service_info info)
-    : board_(board), tokens_(tokens), capacity_(capacity), info_(std::move(info)) {}
+service::service(job_board& board, episodes& eps, const token_table* tokens, int capacity,
+                 service_info info)
+    : board_(board), episodes_(eps), tokens_(tokens), capacity_(capacity), info_(std::move(info)) {}
 
 void service::count(const std::string& endpoint, int code) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -87,7 +103,13 @@ void service::route(http_request req, respond_fn respond) {
   if (endpoint == "/status" && get) return counted(status_of(path.substr(8)));
   if (endpoint == "/results" && get) return counted(result_of(path.substr(9)));
   if (path == "/metrics" && get) return counted(metrics());
-  for (const char* known : {"/", "/health", "/evaluate", "/evaluate/batch", "/metrics"})
+  if (path == "/reset" && post) return episodes_.reset(req.body, who, counted);
+  if (path == "/step" && post) return episodes_.step(req.body, who, counted);
+  if (path == "/state" && get)
+    return counted(episodes_.state(query_value(req.target, "episode_id"), who));
+  if (path == "/schema" && get) return counted(episodes::schema());
+  for (const char* known : {"/", "/health", "/evaluate", "/evaluate/batch", "/metrics", "/reset",
+                            "/step", "/state", "/schema"})
     if (path == known) return counted(detail(405, "Method Not Allowed"));
   if (endpoint == "/status" || endpoint == "/results")
     return counted(detail(405, "Method Not Allowed"));
@@ -246,7 +268,10 @@ http_response service::metrics() {
     << "# HELP kiln_serve_refused_total Evaluations refused with 429.\n"
     << "# TYPE kiln_serve_refused_total counter\n"
     << "kiln_serve_refused_total{reason=\"queue_full\"} " << c.refused_full << "\n"
-    << "kiln_serve_refused_total{reason=\"token_limit\"} " << c.refused_quota << "\n";
+    << "kiln_serve_refused_total{reason=\"token_limit\"} " << c.refused_quota << "\n"
+    << "# HELP kiln_serve_open_sessions OpenEnv episodes open.\n"
+    << "# TYPE kiln_serve_open_sessions gauge\nkiln_serve_open_sessions "
+    << episodes_.open_sessions() << "\n";
   {
     std::lock_guard<std::mutex> lock(mu_);
     m << "# HELP kiln_serve_requests_total HTTP requests by endpoint and status code.\n"

@@ -1,9 +1,11 @@
 // The endpoints of `kiln serve`: KernelGYM's reward calls (/evaluate, /evaluate/batch,
-// /status/{id}, /results/{id}, /health) and Prometheus' /metrics, behind bearer tokens. It
-// checks, admits and answers; the job board holds the work, the evaluator does it.
+// /status/{id}, /results/{id}, /health), OpenEnv's episodes (/reset, /step, /state, /schema) and
+// Prometheus' /metrics, behind bearer tokens. It checks, admits and answers; the job board holds
+// the work, the evaluator does it.
 //   http_request --auth, parse--> job_board.submit --result--> http_response
 #pragma once
 
+#include "serve/episodes.hpp"
 #include "serve/http_server.hpp"
 #include "serve/job_board.hpp"
 #include "serve/tokens.hpp"
@@ -27,7 +29,8 @@ struct service_info {
 class service {
 public:
   // `tokens` null: no authentication (loopback only; cmd_serve enforces that).
-  service(job_board& board, const token_table* tokens, int capacity, service_info info);
+  service(job_board& board, episodes& eps, const token_table* tokens, int capacity,
+          service_info info);
   void route(http_request req, respond_fn respond);
 
 private:
@@ -41,6 +44,7 @@ private:
   void observe_latency(double s);
 
   job_board& board_;
+  episodes& episodes_;
   const token_table* tokens_;
   int capacity_;
   service_info info_;

@@ -102,18 +102,10 @@ def extract_code(solution_str):
     return blocks[-1] if blocks else solution_str
 
 
-def score_of(result, margin=0.05):
-    """Kiln's reward tiers from a verdict (rollout/reward.hpp)."""
-    if not result.get("correctness"):
-        return -1.0
-    kiln = result.get("metadata", {}).get("kiln", {})
-    if kiln.get("timing_suspect"):
-        return 1.0
-    eager = kiln.get("speedup_vs_eager", result.get("speedup") or 0.0)
-    compiled = kiln.get("speedup_vs_compile")
-    if eager > 1 + margin:
-        return 3.0 if compiled is not None and compiled > 1 + margin else 2.0
-    return 1.0
+def score_of(result):
+    """Kiln's reward tiers for a verdict, as the server computed them (metadata.kiln.reward);
+    a request refused before the pool ran it scores as a failure."""
+    return float(result.get("metadata", {}).get("kiln", {}).get("reward", -1.0))
 
 
 def _request(solution_str, ground_truth, extra_info):

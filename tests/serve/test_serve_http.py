@@ -141,10 +141,14 @@ check(code == 200 and good["status"] == "completed" and good["correctness"] is T
       f"an honest kernel: completed, correct, timed ({json.dumps(good)[:300]})")
 check(abs(good["speedup"] - good["reference_runtime"] / good["kernel_runtime"]) < 1e-6,
       "speedup = reference_runtime / kernel_runtime")
+check(good["metadata"]["kiln"]["reward"] >= 1 and "correct" in good["metadata"]["kiln"]["feedback"],
+      "metadata.kiln: Kiln's reward tier and the feedback its episodes give")
 code, _, wrong = evaluate(s, "zeros", relu_source(body="a->y[i] = 0.f;"))
 check(wrong["correctness"] is False and wrong["error_code"] == "CORRECTNESS_ERROR" and
       wrong["speedup"] == 0.0 and wrong["status"] == "completed",
       "a kernel that writes zeros: CORRECTNESS_ERROR, speedup 0")
+check(wrong["metadata"]["kiln"]["reward"] == -1 and wrong["metadata"]["kiln"]["feedback"],
+      "a wrong kernel: reward -1, with feedback")
 code, _, broken = evaluate(s, "broken", relu_source(body="a->y[i] = undefined_name;"))
 check(broken["compiled"] is False and broken["error_code"] == "COMPILATION_ERROR" and
       broken["status"] == "failed", "a kernel that does not compile: COMPILATION_ERROR, failed")
@@ -223,6 +227,36 @@ check(code == 200 and re.search(r'kiln_serve_evaluations_total\{status="complete
       and 'kiln_serve_requests_total{endpoint="/evaluate/batch",code="200"} 1' in text
       and "kiln_serve_evaluation_seconds_count" in text,
       "/metrics in Prometheus' text format")
+# OpenEnv-shaped episodes: reset, steps with feedback and reward, state, schema.
+code, _, schema = s.json("GET", "/schema")
+check(code == 200 and set(schema) == {"action", "observation", "state"} and
+      "kernel_code" in schema["action"]["properties"], "/schema: action, observation, state")
+code, _, body = s.json("POST", "/reset", {"reference_code": "no_such_task"})
+check(code == 422 and "no served task is named 'no_such_task'" in body["detail"],
+      "/reset on an unknown reference: 422 naming it")
+code, _, ep = s.json("POST", "/reset", {"reference_code": "relu", "max_turns": 2})
+eid = ep.get("observation", {}).get("episode_id", "")
+check(code == 200 and eid and ep["done"] is False and ep["reward"] is None and
+      "relu" in (ep["observation"]["prompt"] or "relu"), f"/reset: the episode and its prompt ({str(ep)[:200]})")
+code, _, st1 = s.json("POST", "/step", {"episode_id": eid,
+                                        "action": {"kernel_code": relu_source(body="a->y[i] = 0.f;")}})
+check(code == 200 and st1["reward"] == -1 and st1["done"] is False and
+      st1["observation"]["feedback"].startswith("Outcome: wrong"),
+      f"/step 1: a wrong kernel, its feedback and reward -1 ({str(st1)[:200]})")
+answer = "Fixed it:\n```cpp\n" + relu_source() + "```\n"
+code, _, st2 = s.json("POST", "/step", {"episode_id": eid, "action": {"answer": answer}})
+check(code == 200 and st2["reward"] >= 1 and st2["done"] is True and st2["observation"]["correct"],
+      f"/step 2: an LLM answer's code block, correct, the last turn: done ({str(st2)[:200]})")
+code, _, body = s.json("POST", "/step", {"episode_id": eid, "action": {"kernel_code": relu_source()}})
+check(code == 409 and "is done" in body["detail"], "a step past max_turns: 409")
+code, _, state = s.json("GET", "/state?episode_id=" + eid)
+check(code == 200 and state["step_count"] == 2 and state["rewards"] == [-1, st2["reward"]] and
+      state["done"] is True, "/state: steps and rewards so far")
+code, _, _ = s.json("GET", "/state?episode_id=" + eid, token=SMALL_TOKEN)
+check(code == 404, "another token does not see the episode")
+code, _, _ = s.json("POST", "/step", {"episode_id": "ep-none", "action": {"kernel_code": "x"}})
+check(code == 404, "a step on no episode: 404")
+
 # The Python client and the reward function RL frameworks call (tools/kiln_client.py).
 sys.path.insert(0, os.path.join(SRC, "tools"))
 import kiln_client  # noqa: E402
