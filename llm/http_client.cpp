@@ -50,7 +50,7 @@ void curl_once() {
 } // namespace
 
 struct http_client::transfer {
-  std::string path, body;
+  std::string path, body, session;
   std::function<void(http_response)> done;
   clock_type::time_point submitted, not_before;
   int attempts = 0;
@@ -227,9 +227,10 @@ http_client::~http_client() {
 }
 
 void http_client::post(std::string path, std::string body,
-                       std::function<void(http_response)> done) {
+                       std::function<void(http_response)> done, std::string session) {
   auto t = std::make_unique<transfer>();
   t->path = std::move(path);
+  t->session = std::move(session);
   t->body = std::move(body);
   t->done = std::move(done);
   t->submitted = clock_type::now();
@@ -275,7 +276,11 @@ void http_client::run() {
     t->retry_after_s = -1;
     t->too_large = false;
     CURL* e = curl_easy_init();
-    std::string url = o.endpoints[static_cast<size_t>(ep)] + t->path;
+    std::string url = o.endpoints[static_cast<size_t>(ep)];
+    // "{session}" in an endpoint: a trainer's gateway that keeps each episode's tokens.
+    for (size_t at; (at = url.find("{session}")) != std::string::npos;)
+      url.replace(at, 9, t->session);
+    url += t->path;
     curl_easy_setopt(e, CURLOPT_URL, url.c_str());
     curl_easy_setopt(e, CURLOPT_POST, 1L);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->body.data());

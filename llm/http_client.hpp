@@ -16,7 +16,7 @@
 namespace kiln {
 
 struct http_client_options {
-  std::vector<std::string> endpoints; // base URLs, e.g. "http://127.0.0.1:8000"
+  std::vector<std::string> endpoints; // base URLs, e.g. "http://127.0.0.1:8000"; may hold {session}
   int max_in_flight = 256;            // per endpoint
   double timeout_s = 300;             // per attempt, connect to last byte
   int max_attempts = 4;
@@ -48,9 +48,11 @@ public:
   http_client(const http_client&) = delete;
   http_client& operator=(const http_client&) = delete;
 
-  // POSTs `body` (JSON) to endpoint + path. `done` runs exactly once, on the client thread: it
-  // must be quick (hand the response to an actor) and must not call back into the client.
-  void post(std::string path, std::string body, std::function<void(http_response)> done);
+  // POSTs `body` (JSON) to endpoint + path, "{session}" in the endpoint replaced by `session`.
+  // `done` runs exactly once, on the client thread: it must be quick (hand the response to an
+  // actor) and must not call back into the client.
+  void post(std::string path, std::string body, std::function<void(http_response)> done,
+            std::string session = {});
   http_client_stats stats() const;
 
   struct transfer; // one request across its attempts (http_client.cpp)

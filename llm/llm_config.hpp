@@ -28,7 +28,9 @@ inline std::optional<llm_answer_format> llm_answer_format_from(const std::string
 
 struct llm_policy_config {
   std::string api = "chat";           // chat | vllm | sglang (the wire formats: llm/token_api.hpp)
-  std::vector<std::string> endpoints; // base URLs; requests balance across them
+  // Base URLs; requests balance across them. "{session}" in one is replaced by the episode's id
+  // (its trajectory's `id`), so a trainer's gateway can keep each episode's tokens.
+  std::vector<std::string> endpoints;
   std::string model;
   std::string bearer_token; // sent as Authorization: Bearer when non-empty
   int max_tokens = 8192;    // per answer

@@ -96,7 +96,7 @@ void post(llm_actor* self, uint64_t seq, stage s, std::string path, std::string 
     a.attempts = h.attempts;
     a.ms = h.ms;
     caf::anon_send(me, llm_answer_atom::value, std::move(a));
-  });
+  }, std::to_string(seq)); // the episode's id, as its trajectory's
 }
 
 void post_completion(llm_actor* self, uint64_t seq, conversation& c) {

@@ -18,7 +18,8 @@ A prompt in KernelBench's format (--llm-answer-format kernelbench: it asks for M
 problem's Model renamed ModelNew in a ```python block followed by a ```cpp block; on turn 1 of a
 task named *_fix, a ModelNew whose forward returns its input (a wrong answer to correct).
 Anything else: a correct kernel. Usage: mock_openai.py [--port N] (0: any; the port is printed
-on stdout as "port N"). GET answers the attempts seen per task (and per path) as JSON.
+on stdout as "port N"). GET answers the attempts seen per task (and per path) as JSON, and under
+"sessions" the tasks asked through each /session/<id>/ prefix (an endpoint with {session}).
 
 Token-level endpoints, with a toy tokenizer (one token per byte, id = byte + 16) and a
 ChatML-like template (render() below: <|im_start|> role "\n" content <|im_end|> "\n" per
@@ -191,6 +192,11 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", "0"))
         req = json.loads(self.rfile.read(length) or b"{}")
         path = self.path
+        # An endpoint with {session} (a trainer's gateway): /session/<episode id>/<the API path>.
+        session = None
+        if path.startswith("/session/"):
+            session, _, rest = path[len("/session/"):].partition("/")
+            path = "/" + rest
         if path == "/tokenize":
             ids = render(req.get("messages", []), bool(req.get("add_generation_prompt")))
             return self.send(200, json.dumps({"tokens": ids, "count": len(ids),
@@ -214,6 +220,10 @@ class Handler(BaseHTTPRequestHandler):
             key = "%s/%d%s" % (task, turn, "" if path == "/v1/chat/completions" else path)
             ATTEMPTS[key] = ATTEMPTS.get(key, 0) + 1
             attempt = ATTEMPTS[key]
+            if session is not None:
+                seen = ATTEMPTS.setdefault("sessions", {}).setdefault(session, [])
+                if task not in seen:
+                    seen.append(task)
         first = attempt == 1
         if task == "llm_down":
             return self.send(503, '{"error": {"message": "overloaded"}}')

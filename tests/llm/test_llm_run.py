@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -93,7 +94,10 @@ def run(kiln, api, mock_port, tmp):
         "pool.cache_dir": os.path.join(tmp, "cache"), "rollout.episodes": episodes,
         "rollout.max_concurrent": episodes, "rollout.group_size": 2, "rollout.max_turns": 2,
         "rollout.verify_checks": 1, "rollout.timing_cap_ms": 50, "rollout.progress_s": 2,
-        "rollout.sink": sink, "llm.api": api, "llm.endpoints": ["http://127.0.0.1:%d" % mock_port],
+        "rollout.sink": sink, "llm.api": api,
+        # chat: a trainer's gateway with a base_url per episode ({session}: the episode's id)
+        "llm.endpoints": ["http://127.0.0.1:%d%s" % (mock_port,
+                                                     "/session/{session}" if api == "chat" else "")],
         "llm.model": "mock", "llm.timeout_s": 5, "llm.max_attempts": 3, "llm.backoff_s": 0.2,
         "llm.version_endpoint": versions, "llm.eta": 2,
     }
@@ -141,6 +145,13 @@ def run(kiln, api, mock_port, tmp):
             assert sum(s["token_level_rewards"]) == t["reward"]
             assert s["response_mask"][-1] == 1
     assert sorted(by_task) == sorted(TASKS), sorted(by_task)
+    if api == "chat":  # every episode reached the gateway under its own id, for its own task
+        with urllib.request.urlopen("http://127.0.0.1:%d/" % mock_port, timeout=10) as r:
+            sessions = json.load(r).get("sessions", {})
+        for t in got:
+            assert sessions.get(str(t["id"])) == [t["task"]], (t["id"], t["task"], sessions)
+        print("ok chat: %d episodes, each under its own {session} (%s)" % (
+            len(got), ", ".join(sorted(sessions)[:4])))
     outcomes = {k: [x["turns"][0]["outcome"] for x in v] for k, v in by_task.items()}
     for fix in by_task["llm_fix"]:  # the compile log came back and the next answer fixed it
         assert [x["outcome"] for x in fix["turns"]] == ["compile_error", "correct"], fix["turns"]
