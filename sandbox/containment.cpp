@@ -276,7 +276,17 @@ int enforce_seccomp(const std::vector<sock_filter>& program) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
   sock_fprog fp{static_cast<unsigned short>(program.size()),
                 const_cast<sock_filter*>(program.data())};
-  long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fp);
+  // Kernels before 5.16 (and later ones booted with spec_store_bypass_disable=seccomp or
+  // spectre_v2_user=seccomp) force store-bypass and indirect-branch mitigations on any process
+  // that installs a filter without SPEC_ALLOW. Those protect the process from itself, and a kernel
+  // host holds nothing of its own worth protecting; they cost interpreted code several times its
+  // speed (a Python host's forward). The executor, which holds the references, asks for the
+  // indirect-branch protection itself (protect_from_speculation). A kernel without the flag
+  // (before 4.17) gets the filter as before.
+  long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                   SECCOMP_FILTER_FLAG_TSYNC | SECCOMP_FILTER_FLAG_SPEC_ALLOW, &fp);
+  if (r < 0 && errno == EINVAL)
+    r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fp);
   if (r < 0) return errno;
   return r == 0 ? 0 : EAGAIN; // r > 0: the id of a thread that could not be synchronized
 }

@@ -70,7 +70,8 @@ const char* to_string(seccomp_profile p);
 // process. `self` is the pid that kernel_* profiles allow to signal itself.
 expected<std::vector<sock_filter>> seccomp_program(seccomp_profile p, pid_t self);
 // Installs the filter on every thread of the calling process (TSYNC), setting no_new_privs
-// first. 0 or an errno. Async-signal-safe.
+// first, without the speculation mitigations Linux otherwise forces on a filtered process
+// (SPEC_ALLOW; see the .cpp). 0 or an errno. Async-signal-safe.
 int enforce_seccomp(const std::vector<sock_filter>& program);
 
 } // namespace kiln
