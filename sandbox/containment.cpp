@@ -278,11 +278,11 @@ int enforce_seccomp(const std::vector<sock_filter>& program) {
                 const_cast<sock_filter*>(program.data())};
   // Kernels before 5.16 (and later ones booted with spec_store_bypass_disable=seccomp or
   // spectre_v2_user=seccomp) force store-bypass and indirect-branch mitigations on any process
-  // that installs a filter without SPEC_ALLOW. Those protect the process from itself, and a kernel
-  // host holds nothing of its own worth protecting; they cost interpreted code several times its
-  // speed (a Python host's forward). The executor, which holds the references, asks for the
-  // indirect-branch protection itself (protect_from_speculation). A kernel without the flag
-  // (before 4.17) gets the filter as before.
+  // that installs a filter without SPEC_ALLOW. Store-bypass protection guards the process against
+  // itself, and a kernel host holds nothing of its own worth guarding; both cost interpreted code
+  // much of its speed (a Python host's forward). What the indirect-branch part also did, an IBPB
+  // when the CPU switches away from the host, is not kept: docs/DESIGN.md (threat model) says
+  // what that leaves open. A kernel without the flag (before 4.17) gets the filter as before.
   long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
                    SECCOMP_FILTER_FLAG_TSYNC | SECCOMP_FILTER_FLAG_SPEC_ALLOW, &fp);
   if (r < 0 && errno == EINVAL)
