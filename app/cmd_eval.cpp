@@ -115,7 +115,7 @@ int cmd_eval(const common_args& common, const eval_args& args) {
       rows = std::move(*r);
     } else {
       rows = evaluate_policy(pool, set.tasks, p, args.seed, args.parallel,
-                             baselines ? &*baselines : nullptr);
+                             baselines ? &*baselines : nullptr, nullptr, args.job_timeout_s);
     }
     out.push_back(summary_json(p.name, suite_name, args.backend, rows));
     if (via_episodes) {

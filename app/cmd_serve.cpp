@@ -132,7 +132,8 @@ int cmd_serve(const common_args& common, const serve_args& args) {
   ho.port = static_cast<uint16_t>(args.port);
   ho.max_body_bytes = static_cast<size_t>(args.max_request_mib * (1 << 20));
   auto started = http_server::start(
-      ho, [&](http_request r, respond_fn done) { svc.route(std::move(r), done); });
+      ho, [&](http_request r, respond_fn done) { svc.route(std::move(r), done); },
+      svc.websocket_routes());
   if (!started) {
     spdlog::error("{}", started.message());
     return 2;

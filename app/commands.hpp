@@ -113,6 +113,7 @@ struct eval_args {
   int parallel = 3; // tasks in flight (compiles overlap device work)
   int64_t max_tasks = 0;
   int max_ops = 4096;              // longer tasks are refused (check_limits::max_ops)
+  double job_timeout_s = 0;        // a submission's job; 0: 120 s plus 60 eager calls' worth
   std::string baselines;           // torch.compile baselines file (rollout/baselines.hpp)
   std::vector<std::string> remote; // pools of `kiln node`s (HOST:PORT), beside or instead of ours
   bool no_local = false;           // with remote: no pool in this process

@@ -219,7 +219,7 @@ expected<program> checkpoint_program(const task& t, const policy_spec& p) {
 }
 
 eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, uint64_t seed,
-                       eager_times* eager) {
+                       eager_times* eager, double job_timeout_s) {
   eval_row r = task_row(t);
   // The reference is trusted code: it may take what it takes (KernelBench's conv_transpose
   // problems run ~10 s per call on cpu even at batch 1). A submission then gets time in
@@ -276,7 +276,8 @@ eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, u
   }
   if (submission.empty()) submission = r.program = print(prog);
   auto ej = make_job(t, job_kind::evaluate);
-  ej.timeout_s = std::max(ej.timeout_s, ej.timeout_s + 60 * r.eager_ms / 1000);
+  ej.timeout_s = job_timeout_s > 0 ? job_timeout_s
+                                   : std::max(ej.timeout_s, ej.timeout_s + 60 * r.eager_ms / 1000);
   auto o = pool.run(ej, submission);
   r.outcome = to_string(o.kind);
   r.correct = o.kind == outcome_kind::correct && o.time.has_value();
@@ -315,14 +316,15 @@ eval_row task_row(const task& t) {
 
 std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>& tasks,
                                       const policy_spec& p, uint64_t seed, int parallel,
-                                      const compile_baselines* baselines, eager_times* eager) {
+                                      const compile_baselines* baselines, eager_times* eager,
+                                      double job_timeout_s) {
   std::vector<eval_row> rows(tasks.size());
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex log_mutex;
   phase_clock clock(static_cast<int64_t>(tasks.size()));
   auto worker = [&] {
     for (std::size_t i; (i = next++) < tasks.size();) {
-      rows[i] = evaluate_task(pool, tasks[i], p, seed, eager);
+      rows[i] = evaluate_task(pool, tasks[i], p, seed, eager, job_timeout_s);
       if (baselines) rows[i].compiled_ms = lookup(*baselines, tasks[i]);
       std::size_t n = ++done;
       std::lock_guard<std::mutex> lock(log_mutex);

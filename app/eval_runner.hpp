@@ -68,11 +68,12 @@ private:
 
 // Evaluates every task with `parallel` requests in flight; logs one line per task as it finishes.
 // `baselines` (may be null) fills each row's torch.compile time where the file has the task;
-// `eager` (may be null) shares eager baselines across calls.
+// `eager` (may be null) shares eager baselines across calls. `job_timeout_s` > 0 bounds each
+// submission's job (else 120 s plus 60 eager calls' worth).
 std::vector<eval_row> evaluate_policy(pool_handle& pool, const std::vector<task>& tasks,
                                       const policy_spec& p, uint64_t seed, int parallel,
                                       const compile_baselines* baselines = nullptr,
-                                      eager_times* eager = nullptr);
+                                      eager_times* eager = nullptr, double job_timeout_s = 0);
 
 // {"policy", "suite", "backend", "overall": {...}, "levels": {"1": {...}}, "tasks": [...]}
 nlohmann::json summary_json(const std::string& policy, const std::string& suite,

@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
   ev->add_option("--max-ops", eval.max_ops, "longest task (ops) accepted")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
+  ev->add_option("--job-timeout", eval.job_timeout_s,
+                 "seconds for each submission's job (0: 120 plus 60 eager calls' worth)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   ev->add_option("--baselines", eval.baselines,
                  "torch.compile baselines file (tools/torch_baselines.py): compile metrics");
   ev->add_option("--remote", eval.remote,

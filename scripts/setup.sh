@@ -12,6 +12,7 @@ pkgs=(
   libseccomp-dev libblas-dev iproute2 iptables libnetfilter-queue-dev
   libtorch-dev
   python3 python3-zmq python3-msgpack python3-numpy python3-torch python3-dev pybind11-dev
+  python3-websocket
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -258,6 +258,14 @@ http_response episodes::state(const std::string& id, const token_entry& who) {
                           {"done", s.turns >= s.max_turns && !s.stepping}});
 }
 
+void episodes::close(const std::string& id, const token_entry& who) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(id);
+  // A step in flight keeps it until its answer; the idle expiry then takes it.
+  if (it != sessions_.end() && it->second.owner == who.name && !it->second.stepping)
+    sessions_.erase(it);
+}
+
 http_response episodes::schema() {
   json action{{"type", "object"},
               {"title", "KilnAction"},

@@ -39,6 +39,7 @@ public:
   void reset(const std::string& body, const token_entry& who, respond_fn respond);
   void step(const std::string& body, const token_entry& who, respond_fn respond);
   http_response state(const std::string& episode_id, const token_entry& who);
+  void close(const std::string& episode_id, const token_entry& who); // a WebSocket's end
   static http_response schema();
   int open_sessions();
 

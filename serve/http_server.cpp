@@ -6,6 +6,8 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <deque>
 #include <optional>
 #include <thread>
 
@@ -14,6 +16,7 @@ namespace kiln {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
 
 const char* http_reason(int status) {
@@ -25,13 +28,85 @@ const char* http_reason(int status) {
 
 namespace {
 
+// An upgraded connection: frames read one after another, each handed to the handler; frames
+// sent from any thread are queued on the strand and written in order.
+class ws_connection : public ws_channel, public std::enable_shared_from_this<ws_connection> {
+public:
+  ws_connection(beast::tcp_stream stream, size_t max_message)
+      : ws_(std::move(stream)), max_message_(max_message) {}
+
+  void start(http::request<http::string_body> req, const ws_routes& routes, http_request r) {
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.read_message_max(max_message_);
+    auto self = shared_from_this();
+    ws_.async_accept(req, [self, &routes, r = std::move(r)](beast::error_code ec) {
+      if (ec) return;
+      self->handler_ = routes.open(r, self);
+      self->read();
+    });
+  }
+
+  void send(std::string text) override {
+    asio::post(ws_.get_executor(), [self = shared_from_this(), text = std::move(text)]() mutable {
+      self->out_.push_back(std::move(text));
+      if (!self->writing_) self->write();
+    });
+  }
+
+  void close() override {
+    asio::post(ws_.get_executor(), [self = shared_from_this()] {
+      self->ws_.async_close(websocket::close_code::normal, [self](beast::error_code) {});
+    });
+  }
+
+private:
+  void read() {
+    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->closed();
+      std::string text = beast::buffers_to_string(self->buffer_.data());
+      self->buffer_.consume(self->buffer_.size());
+      if (self->handler_.on_message) self->handler_.on_message(std::move(text));
+      self->read();
+    });
+  }
+
+  void write() {
+    writing_ = true;
+    ws_.text(true);
+    ws_.async_write(asio::buffer(out_.front()),
+                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                      self->out_.pop_front();
+                      if (ec || self->out_.empty()) {
+                        self->writing_ = false;
+                        return;
+                      }
+                      self->write();
+                    });
+  }
+
+  // The handler may hold this channel: dropping it here breaks that cycle.
+  void closed() {
+    auto h = std::move(handler_);
+    handler_ = {};
+    if (h.on_close) h.on_close();
+  }
+
+  websocket::stream<beast::tcp_stream> ws_;
+  size_t max_message_;
+  beast::flat_buffer buffer_;
+  std::deque<std::string> out_;
+  bool writing_ = false;
+  ws_handler handler_;
+};
+
 // One connection: read a request, hand it to the route, write its answer, read the next
 // (keep-alive). The answer may arrive from another thread: it is posted back to the
 // connection's strand, so the stream is only ever touched there.
 class connection : public std::enable_shared_from_this<connection> {
 public:
-  connection(tcp::socket s, const http_options& o, const route_fn& route, std::atomic<int>& open)
-      : stream_(std::move(s)), opts_(o), route_(route), open_(open) {
+  connection(tcp::socket s, const http_options& o, const route_fn& route, const ws_routes& ws,
+             std::atomic<int>& open)
+      : stream_(std::move(s)), opts_(o), route_(route), ws_(ws), open_(open) {
     ++open_;
     beast::error_code ec;
     auto ep = stream_.socket().remote_endpoint(ec);
@@ -82,10 +157,21 @@ private:
     http_request r;
     r.method = std::string(req.method_string());
     r.target = std::string(req.target());
-    r.body = std::move(req.body());
     if (auto it = req.find(http::field::authorization); it != req.end())
       r.authorization = std::string(it->value());
     r.peer = peer_;
+    if (websocket::is_upgrade(req)) {
+      auto refused = ws_.check ? ws_.check(r)
+                               : std::optional<http_response>(http_response{
+                                     404, "{\"detail\":\"Not Found\"}", "application/json", {}});
+      if (refused) return reply(std::move(*refused), false);
+      stream_.expires_never();
+      // The stream moves into the WebSocket connection; this one ends here.
+      std::make_shared<ws_connection>(std::move(stream_), opts_.max_body_bytes)
+          ->start(std::move(req), ws_, std::move(r));
+      return;
+    }
+    r.body = std::move(req.body());
     // Nothing more is read while the answer is pending: one request in flight per connection.
     stream_.expires_never();
     // The first call answers; a respond_fn whose every copy is dropped uncalled (a job dropped
@@ -145,6 +231,7 @@ private:
   std::optional<http::request_parser<http::string_body>> parser_;
   const http_options& opts_;
   const route_fn& route_;
+  const ws_routes& ws_;
   std::atomic<int>& open_;
   std::string peer_;
   bool keep_alive_ = false;
@@ -155,6 +242,7 @@ private:
 struct http_server::impl {
   http_options opts;
   route_fn route;
+  ws_routes ws;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   std::atomic<int> open{0};
@@ -164,7 +252,7 @@ struct http_server::impl {
     acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket s) {
       if (ec == asio::error::operation_aborted) return;
       if (!ec) {
-        auto c = std::make_shared<connection>(std::move(s), opts, route, open);
+        auto c = std::make_shared<connection>(std::move(s), opts, route, ws, open);
         if (open.load() > opts.max_connections)
           c->refuse(503, "too many open connections");
         else
@@ -177,11 +265,12 @@ struct http_server::impl {
 
 http_server::http_server(std::unique_ptr<impl> p) : p_(std::move(p)) {}
 
-expected<std::unique_ptr<http_server>> http_server::start(const http_options& opts,
-                                                          route_fn route) {
+expected<std::unique_ptr<http_server>> http_server::start(const http_options& opts, route_fn route,
+                                                          ws_routes ws) {
   auto p = std::make_unique<impl>();
   p->opts = opts;
   p->route = std::move(route);
+  p->ws = std::move(ws);
   beast::error_code ec;
   auto addr = asio::ip::make_address(opts.bind, ec);
   if (ec) return error{"serve: '" + opts.bind + "' is not an IP address"};

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,24 @@ struct http_response {
 using respond_fn = std::function<void(http_response)>;
 using route_fn = std::function<void(http_request, respond_fn)>;
 
+// One upgraded WebSocket connection (OpenEnv's /ws): text frames out, from any thread, in order.
+class ws_channel {
+public:
+  virtual ~ws_channel() = default;
+  virtual void send(std::string text) = 0;
+  virtual void close() = 0;
+};
+struct ws_handler {
+  std::function<void(std::string)> on_message; // on the io thread: must not block
+  std::function<void()> on_close;
+};
+struct ws_routes {
+  // An upgrade request: nullopt accepts it, a response refuses it (401, 404, ...).
+  std::function<std::optional<http_response>(const http_request&)> check;
+  // After the handshake: what handles the connection's messages.
+  std::function<ws_handler(const http_request&, std::shared_ptr<ws_channel>)> open;
+};
+
 struct http_options {
   std::string bind = "127.0.0.1";
   uint16_t port = 10907; // KernelGYM's default port, so its clients' defaults reach Kiln
@@ -45,7 +64,8 @@ struct http_options {
 class http_server {
 public:
   // Binds and starts the io thread; the error names the address when binding fails.
-  static expected<std::unique_ptr<http_server>> start(const http_options& opts, route_fn route);
+  static expected<std::unique_ptr<http_server>> start(const http_options& opts, route_fn route,
+                                                      ws_routes ws = {});
   ~http_server(); // stops accepting, closes connections, joins the io thread
   uint16_t port() const;
   int open_connections() const;

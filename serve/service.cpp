@@ -303,3 +303,121 @@ http_response service::metrics() {
 }
 
 } // namespace kiln
+
+namespace kiln {
+
+struct service::ws_state {
+  std::mutex mu;
+  std::string episode_id; // this connection's episode; "" before the first reset
+  token_entry who;
+  std::shared_ptr<ws_channel> channel;
+};
+
+namespace {
+
+// OpenEnv's error message, its code chosen by the HTTP status the same request would get.
+std::string ws_error(const std::string& message, int status) {
+  const char* code = status == 422                    ? "VALIDATION_ERROR"
+                     : status == 429                  ? "CAPACITY_REACHED"
+                     : status == 404 || status == 409 ? "SESSION_ERROR"
+                                                      : "EXECUTION_ERROR";
+  return json{{"type", "error"}, {"data", {{"message", message}, {"code", code}}}}.dump();
+}
+
+std::string ws_detail(const http_response& r) {
+  auto body = json::parse(r.body, nullptr, false);
+  return !body.is_discarded() && body.is_object() && body.contains("detail") &&
+                 body["detail"].is_string()
+             ? body["detail"].get<std::string>()
+             : r.body;
+}
+
+} // namespace
+
+ws_routes service::websocket_routes() {
+  ws_routes r;
+  r.check = [this](const http_request& req) -> std::optional<http_response> {
+    if (path_of(req.target) != "/ws") return detail(404, "Not Found");
+    if (tokens_ && !tokens_->find(req.authorization)) {
+      auto refused = detail(401, "a valid 'Authorization: Bearer <token>' header is required");
+      refused.headers.push_back({"WWW-Authenticate", "Bearer"});
+      return refused;
+    }
+    count("/ws", 101);
+    return std::nullopt;
+  };
+  r.open = [this](const http_request& req, std::shared_ptr<ws_channel> channel) {
+    auto st = std::make_shared<ws_state>();
+    st->who = token_entry{"", "", 2, capacity_};
+    if (tokens_)
+      if (auto t = tokens_->find(req.authorization)) st->who = *t;
+    st->channel = std::move(channel); // a cycle through the handler, cut when the socket closes
+    ws_handler h;
+    h.on_message = [this, st](std::string text) { ws_message(st, text); };
+    h.on_close = [this, st] {
+      std::string id;
+      {
+        std::lock_guard<std::mutex> lock(st->mu);
+        id = st->episode_id;
+        st->channel.reset();
+      }
+      if (!id.empty()) episodes_.close(id, st->who);
+    };
+    return h;
+  };
+  return r;
+}
+
+void service::ws_message(const std::shared_ptr<ws_state>& st, const std::string& text) {
+  auto send = [st](std::string out) {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (st->channel) st->channel->send(std::move(out));
+  };
+  auto m = json::parse(text, nullptr, false);
+  if (m.is_discarded() || !m.is_object() || !m.contains("type") || !m["type"].is_string())
+    return send(json{
+        {"type", "error"},
+        {"data",
+         {{"message", "a message is {\"type\": ..., \"data\": {...}}"}, {"code", "INVALID_JSON"}}}}
+                    .dump());
+  std::string type = m["type"];
+  json data = m.contains("data") && m["data"].is_object() ? m["data"] : json::object();
+  std::string id;
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    id = st->episode_id;
+  }
+  if (type == "reset") {
+    if (!id.empty()) episodes_.close(id, st->who); // one episode at a time per connection
+    episodes_.reset(data.dump(), st->who, [st, send](http_response r) {
+      if (r.status != 200) return send(ws_error(ws_detail(r), r.status));
+      auto body = json::parse(r.body);
+      {
+        std::lock_guard<std::mutex> lock(st->mu);
+        st->episode_id = body["observation"].value("episode_id", "");
+      }
+      send(json{{"type", "observation"}, {"data", body}}.dump());
+    });
+  } else if (type == "step") {
+    if (id.empty()) return send(ws_error("no episode on this connection: reset first", 409));
+    episodes_.step(json{{"episode_id", id}, {"action", data}}.dump(), st->who,
+                   [send](http_response r) {
+                     if (r.status != 200) return send(ws_error(ws_detail(r), r.status));
+                     send(json{{"type", "observation"}, {"data", json::parse(r.body)}}.dump());
+                   });
+  } else if (type == "state") {
+    auto r = episodes_.state(id, st->who);
+    if (r.status != 200) return send(ws_error(ws_detail(r), r.status));
+    send(json{{"type", "state"}, {"data", json::parse(r.body)}}.dump());
+  } else if (type == "close") {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (st->channel) st->channel->close();
+  } else {
+    send(json{
+        {"type", "error"},
+        {"data", {{"message", "unknown message type '" + type + "'"}, {"code", "UNKNOWN_TYPE"}}}}
+             .dump());
+  }
+}
+
+} // namespace kiln

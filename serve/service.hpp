@@ -32,6 +32,8 @@ public:
   service(job_board& board, episodes& eps, const token_table* tokens, int capacity,
           service_info info);
   void route(http_request req, respond_fn respond);
+  // OpenEnv's WebSocket /ws: one episode at a time per connection, messages {type, data}.
+  ws_routes websocket_routes();
 
 private:
   void evaluate(const http_request& req, const token_entry& who, respond_fn respond);
@@ -40,6 +42,8 @@ private:
   http_response result_of(const std::string& id);
   http_response health();
   http_response metrics();
+  struct ws_state;
+  void ws_message(const std::shared_ptr<ws_state>& st, const std::string& text);
   void count(const std::string& endpoint, int code);
   void observe_latency(double s);
 

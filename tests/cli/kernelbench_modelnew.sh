@@ -30,8 +30,9 @@ for s in "${cases[@]}"; do
   sed "s/^name = \"kb_l2_linear_relu\"/name = \"mn_$case_name\"/" "$task" > "$work/tasks/mn_$case_name.toml"
   cp "$s" "$work/subs/mn_$case_name.py"
 done
+# --job-timeout: the endless forward is killed after 30 s, not the default 120.
 "$kiln" eval --backend "$backend" --policy "sources:$work/subs" --suite "$work/tasks" \
-  --cache-dir "$work/cache" --json "$work/eval.json" > "$work/eval.log" 2>&1 ||
+  --cache-dir "$work/cache" --job-timeout 30 --json "$work/eval.json" > "$work/eval.log" 2>&1 ||
   { cat "$work/eval.log"; exit 1; }
 cat "$work/eval.log" | tail -n 20
 "$python" - "$work/eval.json" "$backend" <<'PY'

@@ -1,6 +1,7 @@
 """kiln serve over HTTP, as an RL framework's reward function calls it (KernelGYM's API): tokens,
 request checks, verdicts, stored results, the queue's limits, a batch, metrics, and a server
-killed with work accepted that runs it after its restart.
+killed with work accepted that runs it after its restart; OpenEnv's episodes over HTTP and over
+its WebSocket; the Python client and reward functions.
 Usage: test_serve_http.py KILN SOURCE_DIR WORK_DIR"""
 import json
 import os
@@ -256,6 +257,37 @@ code, _, _ = s.json("GET", "/state?episode_id=" + eid, token=SMALL_TOKEN)
 check(code == 404, "another token does not see the episode")
 code, _, _ = s.json("POST", "/step", {"episode_id": "ep-none", "action": {"kernel_code": "x"}})
 check(code == 404, "a step on no episode: 404")
+
+# OpenEnv's WebSocket /ws, as its EnvClient speaks it: {type, data} messages, one episode.
+import websocket  # noqa: E402  (Debian's python3-websocket)
+
+ws_url = s.base.replace("http://", "ws://") + "/ws"
+ws = websocket.create_connection(ws_url, header=["Authorization: Bearer " + TOKEN], timeout=120)
+ws.send(json.dumps({"type": "reset", "data": {"reference_code": "relu", "max_turns": 1}}))
+m = json.loads(ws.recv())
+check(m["type"] == "observation" and m["data"]["observation"]["episode_id"] and
+      m["data"]["done"] is False, f"/ws reset: an observation ({str(m)[:160]})")
+ws.send(json.dumps({"type": "step", "data": {"kernel_code": relu_source()}}))
+m = json.loads(ws.recv())
+check(m["type"] == "observation" and m["data"]["reward"] >= 1 and m["data"]["done"] is True,
+      f"/ws step: reward and done ({str(m)[:160]})")
+ws.send(json.dumps({"type": "state"}))
+m = json.loads(ws.recv())
+check(m["type"] == "state" and m["data"]["step_count"] == 1, "/ws state")
+ws.send("not json")
+m = json.loads(ws.recv())
+check(m["type"] == "error" and m["data"]["code"] == "INVALID_JSON", "/ws: a message that is not JSON")
+ws.send(json.dumps({"type": "step", "data": {"kernel_code": relu_source()}}))
+m = json.loads(ws.recv())
+check(m["type"] == "error" and m["data"]["code"] == "SESSION_ERROR" and "is done" in
+      m["data"]["message"], "/ws: a step past the episode's end is a SESSION_ERROR")
+ws.send(json.dumps({"type": "close"}))
+ws.close()
+try:
+    websocket.create_connection(ws_url, timeout=10)
+    check(False, "/ws without a token is refused")
+except websocket.WebSocketBadStatusException as e:
+    check(e.status_code == 401, "/ws without a token: 401 at the handshake")
 
 # The Python client and the reward function RL frameworks call (tools/kiln_client.py).
 sys.path.insert(0, os.path.join(SRC, "tools"))
