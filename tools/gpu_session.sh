@@ -8,7 +8,8 @@
 #        executor_tests |
 #        bench_learner |
 #        validate | baselines | baselines_only | eval | eval_dirs | run | bench_pool | sources |
-#        import_tests | modelnew | modelnew_baselines | modelnew_examples | kernelbench_timing
+#        import_tests | modelnew | modelnew_baselines | modelnew_examples | kernelbench_timing |
+#        seccomp_probe
 # KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_RUN_CONFIG is the run step's
 # config (default configs/cuda.toml); KILN_BASELINES names a baselines file
 # for eval and run (default: the one the baselines step wrote).
@@ -144,6 +145,8 @@ step_kernelbench_timing() {
     --subs "${KILN_MODELNEW_SUBS:-docs/examples/modelnew/cuda}" --jobs 12 \
     --out "$out/kernelbench_timing.json"
 }
+# torch's forward with and without a seccomp filter (and its SPEC_ALLOW flag) on this machine.
+step_seccomp_probe() { python3 tools/probe_seccomp_speed.py; }
 step_bench_pool() {
   "$bin" bench pool --backend cuda --suite data/suites/level1/gpu --compile-workers 12 --json \
     > "$out/bench_pool_cuda.json"

@@ -8,10 +8,13 @@ for RL frameworks built on it.
 
 `compute_score(data_source, solution_str, ground_truth, extra_info)` has the signature verl's
 custom reward functions take (`custom_reward_function.path`); `compute_score_batch` the batched
-one. The reward follows Kiln's tiers (rollout/reward.hpp): -1 not correct, 1 correct, 2 faster
+one, `compute_score_async` the awaitable one. `KilnEnv` is OpenEnv's EnvClient shape (reset,
+step, state) over the server's HTTP episodes. The reward follows Kiln's tiers (rollout/reward.hpp): -1 not correct, 1 correct, 2 faster
 than eager by the margin, 3 faster than torch.compile too (when the server has its times).
 Environment: KILN_SERVE_URL (default http://127.0.0.1:10907), KILN_SERVE_TOKEN.
 """
+import asyncio
+import collections
 import concurrent.futures
 import json
 import os
@@ -133,3 +136,43 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
     with concurrent.futures.ThreadPoolExecutor(max_workers) as pool:
         return list(pool.map(lambda a: compute_score(*a, client=client),
                              zip(data_sources, solution_strs, ground_truths, extra_infos)))
+
+
+async def compute_score_async(data_source, solution_str, ground_truth, extra_info=None,
+                              client=None):
+    """For reward managers that await: the same call on a worker thread."""
+    return await asyncio.to_thread(compute_score, data_source, solution_str, ground_truth,
+                                   extra_info, client)
+
+
+StepResult = collections.namedtuple("StepResult", "observation reward done")
+
+
+class KilnEnv:
+    """OpenEnv's EnvClient shape over kiln serve's episodes: reset() opens one on a reference (a
+    KernelBench problem source or a served task's name) and gives the prompt; step(action) submits
+    a kernel ({"kernel_code": ...}, or an LLM's answer as {"answer": ...} or a plain string) and
+    gives Kiln's feedback, the reward by its tiers and done."""
+
+    def __init__(self, client=None):
+        self.client = client or KilnClient()
+        self.episode_id = None
+
+    def reset(self, reference_code, max_turns=None, backend=None):
+        body = {"reference_code": reference_code}
+        if max_turns is not None:
+            body["max_turns"] = max_turns
+        if backend is not None:
+            body["backend"] = backend
+        r = self.client._call("POST", "/reset", body)[1]
+        self.episode_id = r["observation"]["episode_id"]
+        return StepResult(r["observation"], r["reward"], r["done"])
+
+    def step(self, action):
+        if isinstance(action, str):
+            action = {"answer": action}
+        r = self.client._call("POST", "/step", {"episode_id": self.episode_id, "action": action})[1]
+        return StepResult(r["observation"], r["reward"], r["done"])
+
+    def state(self):
+        return self.client._call("GET", "/state?episode_id=" + str(self.episode_id))[1]

@@ -303,6 +303,17 @@ got = kiln_client.compute_score_batch(
     [{"backend": "cpu"}, {"backend": "cpu"}], client=client)
 check([g["score"] for g in got][1] == -1.0 and got[0]["correct"],
       f"compute_score_batch: a wrong kernel scores -1 ({got})")
+import asyncio  # noqa: E402
+
+got = asyncio.run(kiln_client.compute_score_async("kb", relu_source(), "relu", {"backend": "cpu"},
+                                                  client=client))
+check(got["correct"], "compute_score_async: awaited, correct")
+env = kiln_client.KilnEnv(client)
+first = env.reset("relu", max_turns=2)
+check(first.done is False and first.observation["turn"] == 0, "KilnEnv.reset: turn 0")
+res = env.step("Here it is:\n```cpp\n" + relu_source() + "```\n")
+check(res.reward >= 1 and res.done is False and env.state()["step_count"] == 1,
+      f"KilnEnv.step: an answer's code block, rewarded ({res.reward}, {res.done})")
 ticket = client.evaluate("client-async", "relu", relu_source(), backend="cpu", wait=False)
 check(client.wait_result(ticket["task_id"], poll_s=0.2, timeout_s=120)["correctness"] is True,
       "client: submit, then poll /status and fetch /results as KernelGYM's client does")
