@@ -104,7 +104,8 @@ int cmd_serve(const common_args& common, const serve_args& args) {
   // through the server's connections, so it outlives them; and its io thread (which asks the
   // pool for /metrics) holds CAF's logger until it ends, which the actor system waits for.
   std::unique_ptr<http_server> server;
-  problem_importer problems({args.state_dir, args.scale_batch, args.import_timeout_s});
+  problem_importer problems(
+      {args.import_references, args.state_dir, args.scale_batch, args.import_timeout_s});
   evaluator eval(pool, set.tasks, problems, baselines ? &*baselines : nullptr);
   job_board_options bo;
   bo.capacity = args.capacity;
@@ -154,8 +155,10 @@ int cmd_serve(const common_args& common, const serve_args& args) {
   spdlog::info("kiln serve: stopping; {} completed, {} failed, {} pending and {} running kept in "
                "the journal",
                c.completed, c.failed, c.pending, c.processing);
-  // No job starts now and none is journaled as finished; the pool's exit returns the ones
-  // waiting on it, so the board's workers join; the server closes last.
+  // Nothing is routed after the server stops, no reset answers after the episodes stop, and no
+  // callback runs after the board stops: the objects those reach may then go, in any order.
+  server->stop();
+  eps.stop();
   board.stop();
   caf::anon_send_exit(pool.actor(), caf::exit_reason::user_shutdown);
   return 0;

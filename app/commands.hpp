@@ -93,7 +93,8 @@ struct serve_args {
   int workers = 0;    // evaluations in flight; 0: 2 x (devices + compile workers)
   double max_request_mib = 1;
   double keep_results_h = 24;
-  double scale_batch = 1.0; // imported problems' batch scale (the importer's --scale-batch)
+  bool import_references = false; // reference_code may be a problem source (runs unsandboxed)
+  double scale_batch = 1.0;       // imported problems' batch scale (the importer's --scale-batch)
   int import_timeout_s = 600;
   int max_turns = 4; // OpenEnv episodes: steps per episode unless /reset asks otherwise
   int max_sessions = 4096;

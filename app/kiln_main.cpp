@@ -180,6 +180,9 @@ int main(int argc, char** argv) {
   sv->add_option("--keep-results-h", serve.keep_results_h, "hours a finished result is kept")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  sv->add_flag("--import-references", serve.import_references,
+               "reference_code may be a KernelBench problem source, imported on first use: it "
+               "runs as this user outside the sandbox (trusted callers only)");
   sv->add_option("--scale-batch", serve.scale_batch,
                  "problems sent as reference_code: the importer's batch scale")
       ->check(CLI::Range(1e-6, 1.0))

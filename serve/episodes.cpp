@@ -17,7 +17,7 @@ using json = nlohmann::json;
 namespace {
 
 http_response answer(int status, const json& body) {
-  return http_response{status, body.dump(), "application/json", {}};
+  return http_response{status, body.dump(-1, ' ', false, utf8_replace), "application/json", {}};
 }
 
 http_response problem(int status, const std::string& detail) {
@@ -48,14 +48,18 @@ episodes::episodes(episode_options opts, job_board& board, evaluator& eval, back
   for (int i = 0; i < 2; ++i) threads_.emplace_back([this] { side_work(); });
 }
 
-episodes::~episodes() {
+void episodes::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    side_.clear();
   }
   cv_.notify_all();
-  for (auto& t : threads_) t.join();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
 }
+
+episodes::~episodes() { stop(); }
 
 void episodes::side_work() {
   for (;;) {

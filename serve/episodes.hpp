@@ -32,7 +32,10 @@ struct episode_options {
 class episodes {
 public:
   episodes(episode_options opts, job_board& board, evaluator& eval, backend_kind backend);
-  ~episodes(); // joins the threads that resolve references for /reset
+  ~episodes(); // stop()
+  // Joins the threads that resolve references for /reset (one may be in an import); resets not
+  // begun are dropped. Idempotent.
+  void stop();
   episodes(const episodes&) = delete;
   episodes& operator=(const episodes&) = delete;
 

@@ -49,4 +49,8 @@ expected<evaluation_result> result_from_json(const nlohmann::json& j);
 // "2026-12-07T02:00:00.123Z"
 std::string iso_time_now();
 
+// For every dump of JSON that holds text from elsewhere (compiler logs cut at a byte count, a
+// kernel's exception): invalid UTF-8 becomes U+FFFD instead of an exception.
+inline constexpr auto utf8_replace = nlohmann::json::error_handler_t::replace;
+
 } // namespace kiln

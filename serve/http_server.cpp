@@ -3,6 +3,7 @@
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -32,8 +33,12 @@ namespace {
 // sent from any thread are queued on the strand and written in order.
 class ws_connection : public ws_channel, public std::enable_shared_from_this<ws_connection> {
 public:
-  ws_connection(beast::tcp_stream stream, size_t max_message)
-      : ws_(std::move(stream)), max_message_(max_message) {}
+  ws_connection(beast::tcp_stream stream, size_t max_message, std::atomic<int>& open,
+                const std::atomic<bool>& stopped)
+      : ws_(std::move(stream)), max_message_(max_message), open_(open), stopped_(stopped) {
+    ++open_;
+  }
+  ~ws_connection() override { --open_; }
 
   void start(http::request<http::string_body> req, const ws_routes& routes, http_request r) {
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
@@ -47,6 +52,7 @@ public:
   }
 
   void send(std::string text) override {
+    if (stopped_) return; // the io thread is gone: nothing would write it
     asio::post(ws_.get_executor(), [self = shared_from_this(), text = std::move(text)]() mutable {
       self->out_.push_back(std::move(text));
       if (!self->writing_) self->write();
@@ -54,7 +60,10 @@ public:
   }
 
   void close() override {
+    if (stopped_) return;
     asio::post(ws_.get_executor(), [self = shared_from_this()] {
+      if (self->closing_) return; // Beast allows one close per stream
+      self->closing_ = true;
       self->ws_.async_close(websocket::close_code::normal, [self](beast::error_code) {});
     });
   }
@@ -62,6 +71,7 @@ public:
 private:
   void read() {
     ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec == websocket::error::closed) self->closing_ = true; // the peer's close was answered
       if (ec) return self->closed();
       std::string text = beast::buffers_to_string(self->buffer_.data());
       self->buffer_.consume(self->buffer_.size());
@@ -93,6 +103,9 @@ private:
 
   websocket::stream<beast::tcp_stream> ws_;
   size_t max_message_;
+  std::atomic<int>& open_;
+  const std::atomic<bool>& stopped_;
+  bool closing_ = false;
   beast::flat_buffer buffer_;
   std::deque<std::string> out_;
   bool writing_ = false;
@@ -105,8 +118,8 @@ private:
 class connection : public std::enable_shared_from_this<connection> {
 public:
   connection(tcp::socket s, const http_options& o, const route_fn& route, const ws_routes& ws,
-             std::atomic<int>& open)
-      : stream_(std::move(s)), opts_(o), route_(route), ws_(ws), open_(open) {
+             std::atomic<int>& open, const std::atomic<bool>& stopped)
+      : stream_(std::move(s)), opts_(o), route_(route), ws_(ws), open_(open), stopped_(stopped) {
     ++open_;
     beast::error_code ec;
     auto ep = stream_.socket().remote_endpoint(ec);
@@ -159,6 +172,9 @@ private:
     r.target = std::string(req.target());
     if (auto it = req.find(http::field::authorization); it != req.end())
       r.authorization = std::string(it->value());
+    if (auto it = req.find(http::field::host); it != req.end()) r.host = std::string(it->value());
+    if (auto it = req.find(http::field::content_type); it != req.end())
+      r.content_type = std::string(it->value());
     r.peer = peer_;
     if (websocket::is_upgrade(req)) {
       auto refused = ws_.check ? ws_.check(r)
@@ -167,7 +183,7 @@ private:
       if (refused) return reply(std::move(*refused), false);
       stream_.expires_never();
       // The stream moves into the WebSocket connection; this one ends here.
-      std::make_shared<ws_connection>(std::move(stream_), opts_.max_body_bytes)
+      std::make_shared<ws_connection>(std::move(stream_), opts_.max_body_bytes, open_, stopped_)
           ->start(std::move(req), ws_, std::move(r));
       return;
     }
@@ -180,7 +196,7 @@ private:
       std::shared_ptr<connection> self;
       std::atomic<bool> answered{false};
       void send(http_response out) {
-        if (answered.exchange(true)) return;
+        if (answered.exchange(true) || self->stopped_) return;
         asio::post(self->stream_.get_executor(),
                    [c = self, out = std::move(out)]() mutable { c->reply(std::move(out), true); });
       }
@@ -233,6 +249,7 @@ private:
   const route_fn& route_;
   const ws_routes& ws_;
   std::atomic<int>& open_;
+  const std::atomic<bool>& stopped_;
   std::string peer_;
   bool keep_alive_ = false;
 };
@@ -243,21 +260,31 @@ struct http_server::impl {
   http_options opts;
   route_fn route;
   ws_routes ws;
+  // Before the io context: its handlers, destroyed with it, end connections that use these.
+  std::atomic<int> open{0};
+  std::atomic<bool> stopped{false};
+  uint16_t port = 0;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
-  std::atomic<int> open{0};
+  asio::steady_timer pause{io};
   std::thread thread;
 
   void accept() {
     acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket s) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) {
-        auto c = std::make_shared<connection>(std::move(s), opts, route, ws, open);
-        if (open.load() > opts.max_connections)
-          c->refuse(503, "too many open connections");
-        else
-          c->start();
+      if (ec) {
+        // Out of descriptors (or the like): try again shortly rather than spin.
+        pause.expires_after(std::chrono::milliseconds(100));
+        pause.async_wait([this](beast::error_code e) {
+          if (!e) accept();
+        });
+        return;
       }
+      auto c = std::make_shared<connection>(std::move(s), opts, route, ws, open, stopped);
+      if (open.load() > opts.max_connections)
+        c->refuse(503, "too many open connections");
+      else
+        c->start();
       accept();
     });
   }
@@ -281,22 +308,24 @@ expected<std::unique_ptr<http_server>> http_server::start(const http_options& op
   if (!ec) p->acceptor.bind(ep, ec);
   if (!ec) p->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return error{"serve: cannot listen on " + where + ": " + ec.message()};
+  p->port = p->acceptor.local_endpoint().port();
   p->accept();
   auto* raw = p.get();
   p->thread = std::thread([raw] { raw->io.run(); });
   return std::unique_ptr<http_server>(new http_server(std::move(p)));
 }
 
-http_server::~http_server() {
-  asio::post(p_->io, [this] {
-    beast::error_code ec;
-    p_->acceptor.close(ec);
-  });
+void http_server::stop() {
+  if (p_->stopped.exchange(true)) return;
   p_->io.stop();
   if (p_->thread.joinable()) p_->thread.join();
+  beast::error_code ec;
+  p_->acceptor.close(ec);
 }
 
-uint16_t http_server::port() const { return p_->acceptor.local_endpoint().port(); }
+http_server::~http_server() { stop(); }
+
+uint16_t http_server::port() const { return p_->port; }
 
 int http_server::open_connections() const { return p_->open.load(); }
 

@@ -21,6 +21,8 @@ struct http_request {
   std::string target; // path and query, as sent
   std::string body;
   std::string authorization; // the Authorization header, "" when absent
+  std::string host;          // the Host header
+  std::string content_type;  // the Content-Type header
   std::string peer;          // "address:port"
 };
 
@@ -66,7 +68,10 @@ public:
   // Binds and starts the io thread; the error names the address when binding fails.
   static expected<std::unique_ptr<http_server>> start(const http_options& opts, route_fn route,
                                                       ws_routes ws = {});
-  ~http_server(); // stops accepting, closes connections, joins the io thread
+  // Ends the io thread: nothing is read, routed or written after it. Answers that come later
+  // are dropped; connections close when the server is destroyed. Idempotent.
+  void stop();
+  ~http_server(); // stop()
   uint16_t port() const;
   int open_connections() const;
 

@@ -108,8 +108,9 @@ job_board::ticket job_board::submit(const evaluation_request& r, const std::stri
   }
   entry e{r, owner, priority_rank(r.priority), order_++, iso_time_now()};
   if (r.force_refresh) (void)journal_.forget(r.task_id);
-  if (auto st =
-          journal_.add({r.task_id, owner, request_json(r, e.submitted_at).dump(), epoch_seconds()});
+  if (auto st = journal_.add({r.task_id, owner,
+                              request_json(r, e.submitted_at).dump(-1, ' ', false, utf8_replace),
+                              epoch_seconds()});
       !st)
     return {admission::journal_failed, std::nullopt, st.message()};
   auto at = std::upper_bound(queue_.begin(), queue_.end(), e, [](const entry& a, const entry& b) {
@@ -156,7 +157,11 @@ void job_board::work() {
       mean_s_ = 0.9 * mean_s_ + 0.1 * took;
       ++finishing_;
     }
-    finish(e, r);
+    try {
+      finish(e, r);
+    } catch (const std::exception& ex) {
+      spdlog::error("serve: {}: its result could not be delivered: {}", r.task_id, ex.what());
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       --finishing_;
@@ -166,7 +171,7 @@ void job_board::work() {
 }
 
 void job_board::finish(const entry& e, const evaluation_result& r) {
-  auto text = to_json(r).dump();
+  auto text = to_json(r).dump(-1, ' ', false, utf8_replace);
   if (auto st = journal_.finish(r.task_id, text); !st)
     spdlog::error("serve: {} finished but could not be journaled: {}", r.task_id, st.message());
   static std::atomic<double> last_purge{0};

@@ -55,20 +55,38 @@ int problem_importer::imported() const {
 }
 
 expected<task> problem_importer::get(const std::string& source) {
-  std::string hash = hash_hex(fnv1a(source));
+  if (!opts_.enabled)
+    return error{"a KernelBench problem source is not imported by this server (it would run as "
+                 "the server's user, outside the sandbox); name a served task, or start the "
+                 "server with --import-references if every caller is trusted"};
+  // The length in the key too: a 64-bit hash is no proof, so a hit is also compared byte for
+  // byte with the problem file kept beside the task (import()).
+  std::string hash = hash_hex(fnv1a(source) ^ (uint64_t{source.size()} << 40));
   std::unique_lock<std::mutex> lock(mu_);
-  auto [it, fresh] = by_hash_.try_emplace(hash);
-  if (!fresh) {
-    cv_.wait(lock, [&] { return it->second.done; });
-    return *it->second.result;
+  auto& entry = by_hash_[hash];
+  if (entry) {
+    auto mine = entry; // the slot outlives its map entry (a failure drops that)
+    if (mine->source != source)
+      return error{"another problem source has the same hash (" + hash +
+                   "); this one is not imported"};
+    cv_.wait(lock, [&] { return mine->done; });
+    return *mine->result;
   }
+  auto mine = entry = std::make_shared<slot>();
+  mine->source = source;
   lock.unlock();
-  auto r = import(source, hash);
+  std::shared_ptr<expected<task>> r;
+  try {
+    r = std::make_shared<expected<task>>(import(source, hash));
+  } catch (const std::exception& e) {
+    r = std::make_shared<expected<task>>(error{std::string("the import failed: ") + e.what()});
+  }
   lock.lock();
-  it->second.result = std::make_unique<expected<task>>(r);
-  it->second.done = true;
+  mine->result = r;
+  mine->done = true;
+  if (!*r) by_hash_.erase(hash); // a failure is tried again by the next request
   cv_.notify_all();
-  return r;
+  return *r;
 }
 
 expected<task> problem_importer::import(const std::string& source, const std::string& hash) {
@@ -81,10 +99,18 @@ expected<task> problem_importer::import(const std::string& source, const std::st
       if (e.path().extension() == ".toml") return e.path();
     return std::nullopt;
   };
+  fs::path problem = dir / ("p" + hash + ".py");
+  if (fs::exists(problem, ec)) {
+    std::ifstream in(problem, std::ios::binary);
+    std::ostringstream kept;
+    kept << in.rdbuf();
+    if (kept.str() != source)
+      return error{"another problem source has the same hash (" + hash +
+                   "); this one is not imported"};
+  }
   if (!fs::exists(report, ec)) {
     fs::create_directories(dir, ec);
     if (ec) return error{"cannot create " + dir.string() + ": " + ec.message()};
-    fs::path problem = dir / ("p" + hash + ".py");
     std::ofstream(problem, std::ios::binary) << source;
     std::vector<std::string> args = {"/proc/self/exe", "tasks",
                                      "import",         problem.string(),
@@ -102,6 +128,8 @@ expected<task> problem_importer::import(const std::string& source, const std::st
     posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    // Asio's sockets are not close-on-exec: the importer must not hold the listening port.
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     pid_t pid = 0;
     int e = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);

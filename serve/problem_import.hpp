@@ -17,6 +17,9 @@
 namespace kiln {
 
 struct problem_import_options {
+  // A problem source is Python that the importer runs as this server's user, outside the kernel
+  // sandbox (it is the reference: trusted code). Off unless the operator trusts every caller.
+  bool enabled = false;
   std::string state_dir;    // problems/<hash>/ under it
   double scale_batch = 1.0; // the importer's --scale-batch
   int timeout_s = 600;      // the importer's --timeout, per problem
@@ -31,14 +34,15 @@ public:
 
 private:
   struct slot {
+    std::string source;
     bool done = false;
-    std::unique_ptr<expected<task>> result;
+    std::shared_ptr<expected<task>> result;
   };
   expected<task> import(const std::string& source, const std::string& hash);
   problem_import_options opts_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::string, slot> by_hash_;
+  std::map<std::string, std::shared_ptr<slot>> by_hash_; // an import done or under way
   int imported_ = 0;
 };
 

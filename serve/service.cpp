@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <memory>
+#include <set>
 #include <sstream>
 
 namespace kiln {
@@ -11,7 +12,7 @@ using json = nlohmann::json;
 namespace {
 
 http_response json_response(int status, const json& body) {
-  return http_response{status, body.dump(), "application/json", {}};
+  return http_response{status, body.dump(-1, ' ', false, utf8_replace), "application/json", {}};
 }
 
 // KernelGYM answers a request it cannot validate with 400 and this shape.
@@ -71,16 +72,39 @@ void service::observe_latency(double s) {
   latency_sum_ += s;
 }
 
+// Without tokens the server is open to whatever reaches loopback, browsers included: a web
+// page may post to it, or rebind a name of its own to 127.0.0.1. Browsers cannot send
+// application/json across origins without a preflight (never answered here), and a rebound name
+// arrives in the Host header.
+std::optional<http_response> service::browser_guard(const http_request& req) const {
+  if (tokens_) return std::nullopt;
+  std::string host = req.host.substr(
+      0, req.host.rfind(':') == std::string::npos || req.host.back() == ']' ? req.host.size()
+                                                                            : req.host.rfind(':'));
+  if (host != "127.0.0.1" && host != "localhost" && host != "[::1]")
+    return detail(403, "without --tokens only loopback host names are served (Host: " +
+                           req.host.substr(0, 100) + ")");
+  return std::nullopt;
+}
+
 void service::route(http_request req, respond_fn respond) {
   std::string path = path_of(req.target);
+  static const std::set<std::string> known = {"/",        "/health", "/evaluate", "/evaluate/batch",
+                                              "/metrics", "/reset",  "/step",     "/state",
+                                              "/schema"};
+  // Metrics labels from a closed set: a label per unknown path would grow without bound.
   std::string endpoint = path.rfind("/status/", 0) == 0    ? "/status"
                          : path.rfind("/results/", 0) == 0 ? "/results"
-                                                           : path;
+                         : known.count(path)               ? path
+                                                           : "other";
   respond_fn counted = [this, endpoint, respond](http_response r) {
     count(endpoint, r.status);
     respond(std::move(r));
   };
+  if (auto refused = browser_guard(req)) return counted(std::move(*refused));
   if (path == "/health" && req.method == "GET") return counted(health());
+  if (req.method == "POST" && req.content_type.rfind("application/json", 0) != 0)
+    return counted(detail(415, "POST bodies must be sent as Content-Type: application/json"));
   token_entry who{"", "", 2, capacity_};
   if (tokens_) {
     auto t = tokens_->find(req.authorization);
@@ -108,9 +132,7 @@ void service::route(http_request req, respond_fn respond) {
   if (path == "/state" && get)
     return counted(episodes_.state(query_value(req.target, "episode_id"), who));
   if (path == "/schema" && get) return counted(episodes::schema());
-  for (const char* known : {"/", "/health", "/evaluate", "/evaluate/batch", "/metrics", "/reset",
-                            "/step", "/state", "/schema"})
-    if (path == known) return counted(detail(405, "Method Not Allowed"));
+  if (known.count(path)) return counted(detail(405, "Method Not Allowed"));
   if (endpoint == "/status" || endpoint == "/results")
     return counted(detail(405, "Method Not Allowed"));
   counted(detail(404, "Not Found"));
@@ -309,6 +331,7 @@ namespace kiln {
 struct service::ws_state {
   std::mutex mu;
   std::string episode_id; // this connection's episode; "" before the first reset
+  bool resetting = false; // a reset under way: one at a time, so none is orphaned
   token_entry who;
   std::shared_ptr<ws_channel> channel;
 };
@@ -321,7 +344,8 @@ std::string ws_error(const std::string& message, int status) {
                      : status == 429                  ? "CAPACITY_REACHED"
                      : status == 404 || status == 409 ? "SESSION_ERROR"
                                                       : "EXECUTION_ERROR";
-  return json{{"type", "error"}, {"data", {{"message", message}, {"code", code}}}}.dump();
+  return json{{"type", "error"}, {"data", {{"message", message}, {"code", code}}}}.dump(
+      -1, ' ', false, utf8_replace);
 }
 
 std::string ws_detail(const http_response& r) {
@@ -338,6 +362,7 @@ ws_routes service::websocket_routes() {
   ws_routes r;
   r.check = [this](const http_request& req) -> std::optional<http_response> {
     if (path_of(req.target) != "/ws") return detail(404, "Not Found");
+    if (auto refused = browser_guard(req)) return refused;
     if (tokens_ && !tokens_->find(req.authorization)) {
       auto refused = detail(401, "a valid 'Authorization: Bearer <token>' header is required");
       refused.headers.push_back({"WWW-Authenticate", "Bearer"});
@@ -379,7 +404,7 @@ void service::ws_message(const std::shared_ptr<ws_state>& st, const std::string&
         {"type", "error"},
         {"data",
          {{"message", "a message is {\"type\": ..., \"data\": {...}}"}, {"code", "INVALID_JSON"}}}}
-                    .dump());
+                    .dump(-1, ' ', false, utf8_replace));
   std::string type = m["type"];
   json data = m.contains("data") && m["data"].is_object() ? m["data"] : json::object();
   std::string id;
@@ -388,27 +413,47 @@ void service::ws_message(const std::shared_ptr<ws_state>& st, const std::string&
     id = st->episode_id;
   }
   if (type == "reset") {
-    if (!id.empty()) episodes_.close(id, st->who); // one episode at a time per connection
-    episodes_.reset(data.dump(), st->who, [st, send](http_response r) {
-      if (r.status != 200) return send(ws_error(ws_detail(r), r.status));
-      auto body = json::parse(r.body);
-      {
-        std::lock_guard<std::mutex> lock(st->mu);
-        st->episode_id = body["observation"].value("episode_id", "");
+    {
+      std::lock_guard<std::mutex> lock(st->mu);
+      if (st->resetting) {
+        st->channel->send(ws_error("a reset is already under way on this connection", 409));
+        return;
       }
-      send(json{{"type", "observation"}, {"data", body}}.dump());
-    });
+      st->resetting = true;
+    }
+    if (!id.empty()) episodes_.close(id, st->who); // one episode at a time per connection
+    episodes_.reset(
+        data.dump(-1, ' ', false, utf8_replace), st->who, [this, st, send](http_response r) {
+          if (r.status != 200) {
+            std::lock_guard<std::mutex> lock(st->mu);
+            st->resetting = false;
+            if (st->channel) st->channel->send(ws_error(ws_detail(r), r.status));
+            return;
+          }
+          auto body = json::parse(r.body);
+          std::string opened = body["observation"].value("episode_id", "");
+          bool gone;
+          {
+            std::lock_guard<std::mutex> lock(st->mu);
+            st->resetting = false;
+            gone = !st->channel;
+            if (!gone) st->episode_id = opened;
+          }
+          if (gone) return episodes_.close(opened, st->who); // the socket closed meanwhile
+          send(json{{"type", "observation"}, {"data", body}}.dump(-1, ' ', false, utf8_replace));
+        });
   } else if (type == "step") {
     if (id.empty()) return send(ws_error("no episode on this connection: reset first", 409));
-    episodes_.step(json{{"episode_id", id}, {"action", data}}.dump(), st->who,
-                   [send](http_response r) {
+    episodes_.step(json{{"episode_id", id}, {"action", data}}.dump(-1, ' ', false, utf8_replace),
+                   st->who, [send](http_response r) {
                      if (r.status != 200) return send(ws_error(ws_detail(r), r.status));
-                     send(json{{"type", "observation"}, {"data", json::parse(r.body)}}.dump());
+                     send(json{{"type", "observation"}, {"data", json::parse(r.body)}}.dump(
+                         -1, ' ', false, utf8_replace));
                    });
   } else if (type == "state") {
     auto r = episodes_.state(id, st->who);
     if (r.status != 200) return send(ws_error(ws_detail(r), r.status));
-    send(json{{"type", "state"}, {"data", json::parse(r.body)}}.dump());
+    send(json{{"type", "state"}, {"data", json::parse(r.body)}}.dump(-1, ' ', false, utf8_replace));
   } else if (type == "close") {
     std::lock_guard<std::mutex> lock(st->mu);
     if (st->channel) st->channel->close();
@@ -416,7 +461,7 @@ void service::ws_message(const std::shared_ptr<ws_state>& st, const std::string&
     send(json{
         {"type", "error"},
         {"data", {{"message", "unknown message type '" + type + "'"}, {"code", "UNKNOWN_TYPE"}}}}
-             .dump());
+             .dump(-1, ' ', false, utf8_replace));
   }
 }
 

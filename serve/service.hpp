@@ -42,6 +42,7 @@ private:
   http_response result_of(const std::string& id);
   http_response health();
   http_response metrics();
+  std::optional<http_response> browser_guard(const http_request& req) const;
   struct ws_state;
   void ws_message(const std::shared_ptr<ws_state>& st, const std::string& text);
   void count(const std::string& endpoint, int code);

@@ -56,7 +56,7 @@ class Server:
             [KILN, "--threads", "1", "serve", "--port", "0", "--tokens", tokens_file, "--state",
              os.path.join(WORK, "state"), "--cache-dir", os.path.join(WORK, "cache"), "--suite",
              RELU, "--capacity", "3", "--workers", "1", "--max-request-mib", "0.25",
-             "--scale-batch", "1", *extra],
+             "--scale-batch", "1", "--import-references", *extra],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
@@ -329,6 +329,37 @@ check(rc == 0, "SIGTERM: a clean stop")
 log = open(os.path.join(WORK, "serve.log")).read()
 check("accepted evaluation" in log and "from the journal run again" in log,
       "the restart said what it took from the journal")
+
+# Without tokens and without --import-references: what a browser or a stranger's source meets.
+p = subprocess.Popen([KILN, "--threads", "1", "serve", "--port", "0", "--state",
+                      os.path.join(WORK, "state3"), "--cache-dir", os.path.join(WORK, "cache"),
+                      "--suite", RELU], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+port = re.search(r"127\.0\.0\.1:(\d+)", p.stdout.readline()).group(1)
+base = f"http://127.0.0.1:{port}"
+
+
+def raw_post(path, body, headers):
+    req = urllib.request.Request(base + path, body, headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+body = json.dumps({"task_id": "src", "reference_code": problem, "kernel_code": model_new,
+                   "backend": "cpu"}).encode()
+code, res = raw_post("/evaluate", body, {"Content-Type": "application/json"})
+check(code == 200 and res["error_code"] == "VALIDATION_ERROR" and
+      "--import-references" in res["error_message"],
+      "a problem source is not run unless the server was started with --import-references")
+code, _ = raw_post("/evaluate", body, {"Content-Type": "text/plain"})
+check(code == 415, "a POST that is not application/json (a browser's simple request): 415")
+code, _ = raw_post("/evaluate", body, {"Content-Type": "application/json",
+                                       "Host": "rebound.example:" + port})
+check(code == 403, "without tokens, a Host that is not loopback (DNS rebinding): 403")
+p.terminate()
+p.wait(timeout=60)
 
 # Beyond loopback without tokens: refused before anything listens.
 r = subprocess.run([KILN, "serve", "--bind", "0.0.0.0", "--port", "0", "--state",
