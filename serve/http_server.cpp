@@ -20,13 +20,6 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
 
-const char* http_reason(int status) {
-  auto s = http::obsolete_reason(static_cast<http::status>(status));
-  static thread_local std::string text;
-  text.assign(s.data(), s.size());
-  return text.c_str();
-}
-
 namespace {
 
 // An upgraded connection: frames read one after another, each handed to the handler; frames
@@ -327,6 +320,5 @@ http_server::~http_server() { stop(); }
 
 uint16_t http_server::port() const { return p_->port; }
 
-int http_server::open_connections() const { return p_->open.load(); }
 
 } // namespace kiln

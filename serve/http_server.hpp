@@ -73,7 +73,6 @@ public:
   void stop();
   ~http_server(); // stop()
   uint16_t port() const;
-  int open_connections() const;
 
 private:
   struct impl;
@@ -81,7 +80,5 @@ private:
   std::unique_ptr<impl> p_;
 };
 
-// "400 Bad Request"-style reason phrase for a status code.
-const char* http_reason(int status);
 
 } // namespace kiln

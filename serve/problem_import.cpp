@@ -49,11 +49,6 @@ std::string refusal_from_report(const fs::path& report) {
 
 } // namespace
 
-int problem_importer::imported() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return imported_;
-}
-
 expected<task> problem_importer::get(const std::string& source) {
   if (!opts_.enabled)
     return error{"a KernelBench problem source is not imported by this server (it would run as "
@@ -136,10 +131,6 @@ expected<task> problem_importer::import(const std::string& source, const std::st
     if (e != 0) return error{"cannot start the importer: " + std::string(std::strerror(e))};
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++imported_;
     }
     if (!fs::exists(report, ec)) {
       std::ifstream in(log);

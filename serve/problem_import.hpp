@@ -30,7 +30,6 @@ public:
   explicit problem_importer(problem_import_options opts) : opts_(std::move(opts)) {}
   // The task for this problem source, or why the importer refused it.
   expected<task> get(const std::string& source);
-  int imported() const; // problems imported by this process (cache misses)
 
 private:
   struct slot {
@@ -43,7 +42,6 @@ private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::shared_ptr<slot>> by_hash_; // an import done or under way
-  int imported_ = 0;
 };
 
 } // namespace kiln
