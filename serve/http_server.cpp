@@ -320,5 +320,4 @@ http_server::~http_server() { stop(); }
 
 uint16_t http_server::port() const { return p_->port; }
 
-
 } // namespace kiln

@@ -80,5 +80,4 @@ private:
   std::unique_ptr<impl> p_;
 };
 
-
 } // namespace kiln
