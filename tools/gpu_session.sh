@@ -8,7 +8,7 @@
 #        executor_tests |
 #        bench_learner |
 #        validate | baselines | baselines_only | eval | eval_dirs | run | bench_pool | sources |
-#        import_tests | modelnew | modelnew_baselines | modelnew_examples | kernelbench_timing |
+#        import_tests | import_cuda | modelnew | modelnew_baselines | modelnew_examples | kernelbench_timing |
 #        seccomp_probe
 # KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_RUN_CONFIG is the run step's
 # config (default configs/cuda.toml); KILN_BASELINES names a baselines file
@@ -109,6 +109,17 @@ step_sources() {
 step_import_tests() {
   python3 -c 'import torch; print("torch", torch.__version__)' &&
     KILN="$PWD/$bin" python3 tests/tools/test_kernelbench_import.py -v
+}
+# KernelBench's levels 1-3 at their own sizes, checked on this device (KILN_KB: the checkout of
+# ScalingIntelligence/KernelBench's KernelBench/ folder, not part of Kiln; default .kb/KernelBench).
+step_import_cuda() {
+  local kb="${KILN_KB:-.kb/KernelBench}" d="$out/kb_cuda"
+  rm -rf "$d" && mkdir -p "$d"
+  "$bin" tasks import "$kb"/level{1,2,3} --device cuda --out "$d/tasks" \
+    --jobs "${KILN_IMPORT_JOBS:-8}" --timeout 240 --report "$d/import.json" > "$d/import.log" 2>&1
+  local rc=$?
+  tail -n 30 "$d/import.log"
+  return $rc
 }
 # KernelBench's way in on cuda: the hand-written problems imported on this machine, each problem's
 # own Model submitted as ModelNew (tools/modelnew_from_model.py: its kernel / eager ratio is the

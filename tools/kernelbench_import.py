@@ -3,7 +3,7 @@
 
     /usr/bin/python3 tools/kernelbench_import.py PATH... --out DIR [--scale-batch F]
         [--report OUT.json] [--kiln BIN] [--allow-degenerate] [--jobs N] [--level N]
-        [--max-mib M] [--timeout S] [--threads T] [--no-check]
+        [--device cpu|cuda[:N]] [--max-mib M] [--timeout S] [--threads T] [--no-check]
 
 PATH is a KernelBench problem file (`class Model(nn.Module)`, `get_inputs()`, `get_init_inputs()`,
 module-level sizes), a folder of them (searched recursively; KernelBench's layout: the level comes
@@ -35,9 +35,13 @@ elements. Degenerate tasks are reported and not written unless --allow-degenerat
 
 --scale-batch F (0 < F <= 1) rewrites a module-level `batch_size = EXPR` to max(1, round(EXPR*F))
 before the code runs, so every size derived from it follows; problems without `batch_size` keep
-their sizes (the report says so). --max-mib M: a task whose tensors (inputs, params and every op
-result, summed: the check runs PyTorch and Kiln on them) need more is not checked here or written
-("too_large"). --no-check maps only and writes nothing (a dry run, e.g. at full GPU sizes).
+their sizes (the report says so). --device cuda runs the check (Kiln's reference and PyTorch's,
+TF32 off) on the GPU, with no work cap, so problems import at KernelBench's own sizes: the jobs
+share 90% of the device's memory, and a problem too large for its share (or that runs out of
+memory beside the others) is checked again alone, with all of it. --max-mib M: a task whose
+tensors (inputs, params and every op result, summed: the check runs PyTorch and Kiln on them)
+need more is not checked or written ("too_large").
+--no-check maps only and writes nothing (a dry run).
 
 Output: DIR/level<N>/<name>.toml, name = kb_l<N>_<file stem>. The report (--report) is JSON:
 per-problem status (imported | rejected | degenerate | too_large | mappable), blockers
@@ -59,6 +63,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -138,6 +143,12 @@ def run_all(probs, conf, progress):
     return results
 
 
+def out_of_memory(res):
+    said = " ".join(f"{b.get('what', '')} {b.get('detail', '')}" for b in res["blockers"])
+    # CUDA's "out of memory", not the crash report's guess ("out of memory?")
+    return res["status"] == "rejected" and re.search(r"out of memory(?!\?)", said.lower())
+
+
 def _failed(prob, kind, detail):
     return {"source": prob["source"], "name": prob["name"], "level": prob["level"],
             "status": "rejected", "blockers": [{"kind": kind, "what": kind, "detail": detail}],
@@ -204,13 +215,18 @@ def parse_args(argv):
                    help="torch / kiln threads per job (default: cores / jobs)")
     p.add_argument("--level", type=int, default=None, metavar="N",
                    help="level for problems whose path or record does not say")
-    p.add_argument("--max-mib", type=float, default=2048, metavar="M",
-                   help="largest task (all tensors) checked here; larger: too_large")
+    p.add_argument("--device", default="cpu", metavar="DEV",
+                   help="where the check runs: cpu, cuda or cuda:N (Kiln's reference and "
+                        "PyTorch's, on the same device)")
+    p.add_argument("--max-mib", type=float, default=None, metavar="M",
+                   help="largest task (all tensors) checked; larger: too_large (default: 2048 "
+                        "on cpu, the device's memory shared by the jobs on cuda)")
     p.add_argument("--max-ops", type=int, default=KILN_MAX_OPS, metavar="N",
                    help="longest task written (kiln's limit, tasks.max_ops / --max-ops: %(default)s)")
-    p.add_argument("--max-gflop", type=float, default=16.0, metavar="G",
-                   help="largest linear/matmul/bmm work per forward checked here (this "
-                        "LibTorch's reference BLAS runs a few GFLOP/s); larger: too_large")
+    p.add_argument("--max-gflop", type=float, default=None, metavar="G",
+                   help="largest linear/matmul/bmm work per forward checked (default: 16 on "
+                        "cpu, whose reference BLAS runs a few GFLOP/s; none on cuda); larger: "
+                        "too_large")
     p.add_argument("--timeout", type=float, default=900.0, metavar="S",
                    help="seconds per problem")
     p.add_argument("--no-check", action="store_true",
@@ -220,8 +236,15 @@ def parse_args(argv):
         raise UsageError(f"--from {a.source_format}: only 'kernelbench' is supported")
     if not 0 < a.scale_batch <= 1:
         raise UsageError(f"--scale-batch {a.scale_batch}: expected 0 < F <= 1")
-    if a.jobs < 1 or a.threads < 0 or a.max_mib <= 0 or a.timeout <= 0 or a.max_gflop <= 0:
-        raise UsageError("--jobs, --max-mib and --timeout must be positive, --threads >= 0")
+    if a.jobs < 1 or a.threads < 0 or a.timeout <= 0 or (a.max_mib is not None and a.max_mib <= 0) \
+            or (a.max_gflop is not None and a.max_gflop <= 0):
+        raise UsageError("--jobs, --max-mib, --max-gflop and --timeout must be positive, "
+                         "--threads >= 0")
+    # Checked by name only: touching CUDA here would break the forked workers' own CUDA.
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", a.device):
+        raise UsageError(f"--device {a.device}: expected cpu, cuda or cuda:N")
+    if a.device == "cuda":
+        a.device = "cuda:0"  # as Kiln's parse_device()
     if a.level is not None and not 1 <= a.level <= 3:
         raise UsageError(f"--level {a.level}: expected 1, 2 or 3")
     if not a.no_check and not a.out:
@@ -243,6 +266,7 @@ def main(argv):
     probs = load_problems(args.paths, args.level)
     assign_names(probs)
     conf = {"scale_batch": args.scale_batch, "kiln": args.kiln, "threads": args.threads,
+            "device": args.device,
             "allow_degenerate": args.allow_degenerate, "max_mib": args.max_mib,
             "max_gflop": args.max_gflop, "max_ops": args.max_ops,
             "timeout": args.timeout, "no_check": args.no_check, "jobs": args.jobs}
@@ -253,7 +277,7 @@ def main(argv):
             raise UsageError(f"--out {args.out}: cannot create: {e.strerror}")
     total, count = len(probs), [0]
     print(f"kernelbench_import: {total} problem(s), --scale-batch {args.scale_batch:g}, "
-          f"{args.jobs} job(s) x {args.threads} thread(s)"
+          f"--device {args.device}, {args.jobs} job(s) x {args.threads} thread(s)"
           + (", dry run (--no-check)" if args.no_check else ""), file=sys.stderr, flush=True)
 
     def progress(i, res):
@@ -272,6 +296,17 @@ def main(argv):
         print(line, file=sys.stderr, flush=True)
 
     results = run_all(probs, conf, progress)
+    # Too large beside the other jobs, or out of device memory there: each again, alone.
+    alone = [i for i, r in enumerate(results) if args.jobs > 1 and (r.pop("alone", False) or
+                                                                     out_of_memory(r))]
+    if alone:
+        print(f"kernelbench_import: {len(alone)} problem(s) need the device alone; "
+              "checking them one at a time", file=sys.stderr, flush=True)
+        total += len(alone)
+        again = run_all([probs[i] for i in alone], dict(conf, jobs=1), progress)
+        for i, r in zip(alone, again):
+            r["notes"].append("checked alone: too large, or out of memory, beside other jobs")
+            results[i] = r
     written = []
     for r in results:
         toml_text = r.pop("toml", None)

@@ -691,6 +691,8 @@ class SmallRuns(unittest.TestCase):
              "--kiln /nonexistent/kiln: no such executable"),
             ([os.path.join(DATA, "level1"), "--no-check", "--from", "other"],
              "only 'kernelbench'"),
+            ([os.path.join(DATA, "level1"), "--no-check", "--device", "gpu"],
+             "--device gpu: expected cpu, cuda or cuda:N"),
         ]
         bad = os.path.join(self.tmp, "bad.jsonl")
         with open(bad, "w") as f:
@@ -712,7 +714,19 @@ class SmallRuns(unittest.TestCase):
 @unittest.skipIf(ki is None, f"needs torch: {TORCH_ERROR}")
 class InProcess(unittest.TestCase):
     CONF = {"scale_batch": 1.0, "kiln": KILN, "threads": 2, "allow_degenerate": False,
-            "max_mib": 2048, "max_gflop": 16, "max_ops": 256, "timeout": 600, "no_check": False, "jobs": 1}
+            "max_mib": 2048, "max_gflop": 16, "max_ops": 256, "timeout": 600, "no_check": False,
+            "jobs": 1, "device": "cpu"}
+
+    def test_device_limits_and_the_size_rule(self):
+        from kernelbench.check import device_limits, size_verdict
+        cpu = dict(self.CONF, max_mib=None, max_gflop=None, jobs=4)
+        self.assertEqual(device_limits(cpu), (2048.0, 2048.0, 16.0))  # per problem, any jobs
+        self.assertEqual(device_limits(dict(cpu, max_mib=100, max_gflop=2)), (100, 100, 2))
+        gib = 2 ** 30
+        self.assertEqual(size_verdict(1 * gib, 2048, 8192), "ok")
+        self.assertEqual(size_verdict(3 * gib, 2048, 8192), "alone")  # checked after, by itself
+        self.assertEqual(size_verdict(9 * gib, 2048, 8192), "too_large")
+        self.assertEqual(size_verdict(3 * gib, 2048, 2048), "too_large")  # cpu: no "alone"
 
     def problem(self, rel):
         probs = ki.load_problems([os.path.join(DATA, rel)], None)

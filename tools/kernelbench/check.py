@@ -62,16 +62,18 @@ def trace(model, items, shapes):
     return gm, env, tensor_names, tracer.meta_errors
 
 
-def rebind(meta_gm, model, items):
+def rebind(meta_gm, model, items, device="cpu"):
     """The traced graph over the real model: a GraphModule whose modules and parameters are
-    the real model's (constants tracing made are copied over)."""
+    the real model's (constants tracing made are copied over, onto the model's device)."""
     wrapper, _ = make_wrapper(model, items)
     for n in meta_gm.graph.nodes:
         if n.op == "get_attr":
             try:
                 _resolve(wrapper, n.target)
             except AttributeError:
-                setattr(wrapper, n.target, _resolve(meta_gm, n.target))
+                const = _resolve(meta_gm, n.target)
+                setattr(wrapper, n.target,
+                        const.to(device) if isinstance(const, torch.Tensor) else const)
     graph = fx.Graph()
     out = graph.graph_copy(meta_gm.graph, {})
     graph.output(out)
@@ -273,9 +275,9 @@ def _sha1(text):
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
-def kiln_validate(kiln, threads, path, rows_path, max_ops):
+def kiln_validate(kiln, threads, path, rows_path, max_ops, device):
     cmd = [kiln, "--threads", str(threads), "--log-level", "warn", "tasks", "validate",
-           "--device", "cpu", "--json", rows_path, "--digest", str(DIGEST_SAMPLES),
+           "--device", device, "--json", rows_path, "--digest", str(DIGEST_SAMPLES),
            "--timing-runs", "1", "--max-ops", str(max_ops), path]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True)
@@ -296,7 +298,7 @@ def check_problem(state, res, conf, tmp):
     rows_path = os.path.join(tmp, "rows.jsonl")
     t0 = time.perf_counter()
     rc, rows, said = kiln_validate(conf["kiln"], conf["threads"], path, rows_path,
-                                   conf["max_ops"])
+                                   conf["max_ops"], conf["device"])
     res["kiln_s"] = round(time.perf_counter() - t0, 2)
     row = next((r for r in rows if r.get("name") == spec["name"]), None)
     if rc not in (0, 1):
@@ -310,8 +312,10 @@ def check_problem(state, res, conf, tmp):
         res["notes"].append(f"kiln: {row['warning']}")
     if "digest" not in row:
         raise Blocked("kiln", "kiln's reference fails", row.get("verdict", ""))
+    dev = torch.device(conf["device"])
     model, _ = build_model(state["ns"], state["init_items"], meta=False)
-    gm = rebind(state["gm"], model, state["items"])
+    model.to(dev)
+    gm = rebind(state["gm"], model, state["items"], dev)
     real = {}
     for d in spec["params"]:
         if d["name"] in state["param_paths"]:
@@ -326,8 +330,8 @@ def check_problem(state, res, conf, tmp):
                           "name": spec["name"]})
     dig = row["digest"]
     with torch.no_grad():
-        params = mod["make_params"]("cpu")
-        inputs = mod["make_inputs"]("cpu", dig.get("input_seed", tb.INPUT_SEED))
+        params = mod["make_params"](dev)
+        inputs = mod["make_inputs"](dev, dig.get("input_seed", tb.INPUT_SEED))
         for kind, values, decls in (("params", params, spec["params"]),
                                     ("inputs", inputs, spec["inputs"])):
             for d, v, ref in zip(decls, values, dig[kind]):
@@ -364,6 +368,7 @@ def check_problem(state, res, conf, tmp):
             outs[who] = ys
         res["torch_s"] = round(time.perf_counter() - t0, 2)
         res["check"] = "ok"
+        del outs["traced GraphModule"], gm, params  # device memory for the float64 forward
         tol = float32_tolerance(model, state, tensors, outs["Model"], (atol, rtol), res)
         if tol is not None:
             spec["tolerance"] = {"atol": tol, "rtol": tol}
@@ -449,6 +454,35 @@ def _shape_failure(bm):
         bm.blockers[0].what == "shape propagation on meta tensors failed"
 
 
+def device_limits(conf):
+    """(share, whole, max_gflop): the MiB a problem may need beside the other jobs, the MiB it may
+    need alone, and its work cap. As given, else this device's: on cpu 2 GiB either way and 16
+    GFLOP (its reference BLAS runs a few GFLOP/s); on cuda no work cap, 90% of the device's memory
+    alone and that shared by the jobs beside each other."""
+    max_mib, max_gflop = conf["max_mib"], conf["max_gflop"]
+    whole = max_mib
+    dev = torch.device(conf["device"])
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+        # The task's reference is exact float32 (data/reference.cpp turns TF32 off): so is this.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        if max_mib is None:
+            whole = 0.9 * torch.cuda.get_device_properties(dev).total_memory / 2 ** 20
+            max_mib = whole / conf["jobs"]
+        if max_gflop is None:
+            max_gflop = math.inf
+    max_mib = 2048.0 if max_mib is None else max_mib
+    return max_mib, (max_mib if whole is None else whole), (16.0 if max_gflop is None else max_gflop)
+
+
+def size_verdict(need_bytes, share_mib, whole_mib):
+    """"ok" within the share, "alone" past it but within what the device holds for one problem
+    (checked after the others, by itself), else "too_large"."""
+    mib = need_bytes / 2 ** 20
+    return "ok" if mib <= share_mib else "alone" if mib <= whole_mib else "too_large"
+
+
 def worker_main(prob, conf, conn):
     """One problem in its own process; sends the result dict."""
     torch.set_num_threads(conf["threads"])
@@ -456,6 +490,7 @@ def worker_main(prob, conf, conn):
            "status": "rejected", "blockers": [], "rewrites": [], "notes": []}
     t0 = time.perf_counter()
     try:
+        share_mib, whole_mib, max_gflop = device_limits(conf)
         try:
             try:
                 state, res = map_problem(prob, conf)
@@ -472,17 +507,25 @@ def worker_main(prob, conf, conn):
             raise
         if conf["no_check"]:
             res["status"] = "mappable"
-        elif res["bytes"] > conf["max_mib"] * 2 ** 20:
+        elif size_verdict(res["bytes"], share_mib, whole_mib) == "alone":
+            res["status"] = "too_large"  # for now: main() checks it again, alone
+            res["alone"] = True
+            res["blockers"] = [Blocked("too_large", "too large beside other jobs",
+                                       f"tensors need {res['bytes'] / 2 ** 20:.0f} MiB, over a "
+                                       f"job's share {share_mib:.0f} MiB of {conf['device']}")
+                               .as_dict()]
+        elif size_verdict(res["bytes"], share_mib, whole_mib) == "too_large":
             res["status"] = "too_large"
             res["blockers"] = [Blocked("too_large", "too large to check here",
                                        f"tensors need {res['bytes'] / 2 ** 20:.0f} MiB, over "
-                                       f"--max-mib {conf['max_mib']:g}").as_dict()]
-        elif res["blas_gflop"] > conf["max_gflop"]:
+                                       f"--max-mib {whole_mib:.0f} on {conf['device']}").as_dict()]
+        elif res["blas_gflop"] > max_gflop:
             res["status"] = "too_large"
             res["blockers"] = [Blocked("too_large", "too slow to check here",
                                        f"linear / matmul / bmm need {res['blas_gflop']:.1f} "
                                        f"GFLOP per forward, over --max-gflop "
-                                       f"{conf['max_gflop']:g}").as_dict()]
+                                       f"{max_gflop:g} on {conf['device']} (--device cuda "
+                                       "has no such cap)").as_dict()]
         else:
             with tempfile.TemporaryDirectory(prefix="kiln_kb_") as tmp:
                 flags = check_problem(state, res, conf, tmp)
