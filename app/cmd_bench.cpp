@@ -200,6 +200,15 @@ int cmd_bench(const common_args& common, const bench_args& args) {
   if (args.what == "rollout") return cmd_bench_rollout(common, args);
   if (args.what == "learner") return cmd_bench_learner(common, args);
   if (args.what == "router") return cmd_bench_router(common, args);
+#ifdef KILN_HAVE_SERVE
+  if (args.what == "serve") return cmd_bench_serve(common, args);
+#else
+  if (args.what == "serve") {
+    spdlog::error("kiln bench serve: this build has no HTTP service (libboost-dev and "
+                  "libsqlite3-dev, then rebuild)");
+    return 2;
+  }
+#endif
   if (args.what != "pool") {
     spdlog::error("kiln bench {}: not in this build yet (pool is)", args.what);
     return 2;

@@ -167,11 +167,17 @@ struct bench_args {
   std::string out;            // --learn: JSONL curve written here
   std::string device = "cpu"; // learner and policy: cpu | cuda | cuda:N
   int d_model = 0, n_layers = 0, n_heads = 0; // model size (0: learner_config's default)
+  // serve (app/cmd_bench_serve.cpp)
+  std::vector<int> clients{1, 100, 1000}; // concurrent clients, one level each
+  double duration_s = 5;                  // seconds per level
+  int queued = 10000;                     // jobs held queued to measure memory per job
+  double rate = 2500;                     // paced levels: requests/s offered (0: none)
 };
 int cmd_bench(const common_args& common, const bench_args& args);
 int cmd_bench_rollout(const common_args& common, const bench_args& args);
 int cmd_bench_learner(const common_args& common, const bench_args& args);
 int cmd_bench_router(const common_args& common, const bench_args& args);
+int cmd_bench_serve(const common_args& common, const bench_args& args);
 
 // `kiln learner`: the learner as its own process (app/cmd_learner.cpp).
 struct learner_args {

@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
 
   kiln::bench_args bench;
   auto* be = app.add_subcommand("bench", "throughput figures: pool, rollout");
-  be->add_option("what", bench.what, "pool | rollout | learner | router")->required();
+  be->add_option("what", bench.what, "pool | rollout | learner | router | serve")->required();
   be->add_flag("--json", bench.json, "print one JSON object");
   be->add_option("--suite", bench.suites, "tasks to run (default: data/suites/level1/cpu)");
   be->add_option("--backend", bench.backend, "cpu or cuda")->capture_default_str();
@@ -291,6 +291,22 @@ int main(int argc, char** argv) {
   be->add_flag("--learn", bench.learn,
                "learner: smoke-check learning run on a proxy reward (no pool; learner/smoke.hpp)");
   be->add_option("--seconds", bench.seconds, "learner --learn: training time budget")
+      ->capture_default_str();
+  be->add_option("--clients", bench.clients, "serve: concurrent clients, one level each")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 20000))
+      ->capture_default_str();
+  be->add_option("--duration", bench.duration_s, "serve: seconds per level")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  be->add_option("--rate", bench.rate,
+                 "serve: requests/s offered in the paced levels, where latency is measured "
+                 "below saturation (0: none)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  be->add_option("--queued", bench.queued,
+                 "serve: jobs held in the queue to measure memory per queued job (0: skip)")
+      ->check(CLI::Range(0, 10000000))
       ->capture_default_str();
   be->add_option("--updates", bench.updates, "learner: updates timed in async and sync mode")
       ->capture_default_str();

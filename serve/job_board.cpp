@@ -28,6 +28,11 @@ json request_json(const evaluation_request& r, const std::string& submitted_at) 
               {"submitted_at", submitted_at}};
 }
 
+// The journal's id of an owner's task_id (a token name has no control characters).
+std::string job_key(const std::string& owner, const std::string& task_id) {
+  return owner + '\x1f' + task_id;
+}
+
 } // namespace
 
 job_board::job_board(job_board_options opts, journal& j, evaluate_fn evaluate)
@@ -61,8 +66,10 @@ expected<int> job_board::recover() {
       spdlog::warn("serve: journal entry {} is unreadable ({}); skipped", row.id, r.message());
       continue;
     }
-    entry e{*r, row.owner, priority_rank(r->priority), order_++,
-            body.value("submitted_at", std::string())};
+    entry e{*r,       row.owner,
+            row.id,   priority_rank(r->priority),
+            order_++, body.value("submitted_at", std::string())};
+    queued_.insert(e.key);
     queue_.push_back(std::move(e));
     ++per_owner_[row.owner];
     ++counts_.pending;
@@ -77,17 +84,15 @@ expected<int> job_board::recover() {
 
 job_board::ticket job_board::submit(const evaluation_request& r, const std::string& owner,
                                     int owner_max_pending, done_fn on_done) {
+  const std::string key = job_key(owner, r.task_id);
   std::unique_lock<std::mutex> lock(mu_);
-  bool known_active = running_.count(r.task_id) ||
-                      std::any_of(queue_.begin(), queue_.end(),
-                                  [&](const entry& e) { return e.request.task_id == r.task_id; });
-  if (known_active) {
+  if (running_.count(key) || queued_.count(key)) {
     // The same id again (a client retrying after a lost answer): it waits for the first one.
-    if (on_done) waiters_[r.task_id].push_back(std::move(on_done));
+    if (on_done) waiters_[key].push_back(std::move(on_done));
     return {admission::running, std::nullopt, ""};
   }
   if (!r.force_refresh) {
-    auto stored = journal_.result(r.task_id);
+    auto stored = journal_.result(key);
     if (stored && *stored) {
       auto j = json::parse(**stored, nullptr, false);
       if (!j.is_discarded())
@@ -106,9 +111,9 @@ job_board::ticket job_board::submit(const evaluation_request& r, const std::stri
     ++counts_.refused_quota;
     return {admission::over_quota, std::nullopt, ""};
   }
-  entry e{r, owner, priority_rank(r.priority), order_++, iso_time_now()};
-  if (r.force_refresh) (void)journal_.forget(r.task_id);
-  if (auto st = journal_.add({r.task_id, owner,
+  entry e{r, owner, key, priority_rank(r.priority), order_++, iso_time_now()};
+  if (r.force_refresh) (void)journal_.forget(key);
+  if (auto st = journal_.add({key, owner,
                               request_json(r, e.submitted_at).dump(-1, ' ', false, utf8_replace),
                               epoch_seconds()});
       !st)
@@ -117,9 +122,10 @@ job_board::ticket job_board::submit(const evaluation_request& r, const std::stri
     return a.priority != b.priority ? a.priority > b.priority : a.order < b.order;
   });
   queue_.insert(at, std::move(e));
+  queued_.insert(key);
   ++per_owner_[owner];
   ++counts_.pending;
-  if (on_done) waiters_[r.task_id].push_back(std::move(on_done));
+  if (on_done) waiters_[key].push_back(std::move(on_done));
   lock.unlock();
   cv_.notify_one();
   return {admission::accepted, std::nullopt, ""};
@@ -134,7 +140,8 @@ void job_board::work() {
       if (stopping_) return;
       e = std::move(queue_.front());
       queue_.pop_front();
-      running_.insert(e.request.task_id);
+      queued_.erase(e.key);
+      running_.insert(e.key);
       --counts_.pending;
       ++counts_.processing;
     }
@@ -172,7 +179,7 @@ void job_board::work() {
 
 void job_board::finish(const entry& e, const evaluation_result& r) {
   auto text = to_json(r).dump(-1, ' ', false, utf8_replace);
-  if (auto st = journal_.finish(r.task_id, text); !st)
+  if (auto st = journal_.finish(e.key, text); !st)
     spdlog::error("serve: {} finished but could not be journaled: {}", r.task_id, st.message());
   static std::atomic<double> last_purge{0};
   if (double now = epoch_seconds(); now - last_purge.load() > 60) {
@@ -182,11 +189,11 @@ void job_board::finish(const entry& e, const evaluation_result& r) {
   std::vector<done_fn> waiting;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    running_.erase(r.task_id);
+    running_.erase(e.key);
     --counts_.processing;
     --per_owner_[e.owner];
     ++(r.status == "completed" ? counts_.completed : counts_.failed);
-    if (auto it = waiters_.find(r.task_id); it != waiters_.end()) {
+    if (auto it = waiters_.find(e.key); it != waiters_.end()) {
       waiting = std::move(it->second);
       waiters_.erase(it);
     }
@@ -194,23 +201,25 @@ void job_board::finish(const entry& e, const evaluation_result& r) {
   for (auto& w : waiting) w(r);
 }
 
-std::optional<evaluation_result> job_board::find(const std::string& id) {
+std::optional<evaluation_result> job_board::find(const std::string& owner, const std::string& id) {
+  const std::string key = job_key(owner, id);
   {
     std::lock_guard<std::mutex> lock(mu_);
     evaluation_result r;
     r.task_id = id;
-    if (running_.count(id)) {
+    if (running_.count(key)) {
       r.status = "processing";
       return r;
     }
-    for (const auto& e : queue_)
-      if (e.request.task_id == id) {
-        r.status = "pending";
-        r.submitted_at = e.submitted_at;
-        return r;
-      }
+    if (queued_.count(key))
+      for (const auto& e : queue_)
+        if (e.key == key) {
+          r.status = "pending";
+          r.submitted_at = e.submitted_at;
+          return r;
+        }
   }
-  auto stored = journal_.result(id);
+  auto stored = journal_.result(key);
   if (!stored || !*stored) return std::nullopt;
   auto j = json::parse(**stored, nullptr, false);
   if (j.is_discarded()) return std::nullopt;
@@ -219,10 +228,12 @@ std::optional<evaluation_result> job_board::find(const std::string& id) {
   return *r;
 }
 
-int job_board::queue_position(const std::string& id) {
+int job_board::queue_position(const std::string& owner, const std::string& id) {
+  const std::string key = job_key(owner, id);
   std::lock_guard<std::mutex> lock(mu_);
+  if (!queued_.count(key)) return -1;
   for (size_t i = 0; i < queue_.size(); ++i)
-    if (queue_[i].request.task_id == id) return static_cast<int>(i);
+    if (queue_[i].key == key) return static_cast<int>(i);
   return -1;
 }
 

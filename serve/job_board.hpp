@@ -1,5 +1,7 @@
 // Accepted evaluations between the HTTP front and the evaluator: a bounded queue ordered by
 // priority then arrival, a limit per token, each id's state, and callbacks waiting for results.
+// A task_id is its caller's (the token's owner): two callers' ids never meet, so none can read
+// or pre-empt another's results by naming its ids.
 // Every accepted job is in the journal before `submit` returns, so a restart loses none; worker
 // threads take jobs in order and run them.
 //   submit --journal.add--> queue --worker: evaluate--> result --journal.finish--> waiters, store
@@ -17,6 +19,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 namespace kiln {
@@ -59,9 +62,10 @@ public:
   ticket submit(const evaluation_request& r, const std::string& owner, int owner_max_pending,
                 done_fn on_done);
 
-  // pending | processing (no result yet), or the finished result; nullopt: unknown id.
-  std::optional<evaluation_result> find(const std::string& id);
-  int queue_position(const std::string& id); // 0-based among pending; -1 when not pending
+  // `owner`'s id: pending | processing (no result yet), or the finished result; nullopt: unknown.
+  std::optional<evaluation_result> find(const std::string& owner, const std::string& id);
+  // 0-based among pending; -1 when not pending
+  int queue_position(const std::string& owner, const std::string& id);
   board_counts counts();
   double retry_after_s(); // a guess for 429's Retry-After: the queue's expected drain time
 
@@ -69,6 +73,7 @@ private:
   struct entry {
     evaluation_request request;
     std::string owner;
+    std::string key; // job_key(owner, task_id): the journal's id
     int priority = 1;
     uint64_t order = 0;
     std::string submitted_at;
@@ -82,8 +87,8 @@ private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<entry> queue_; // kept sorted: priority (high first), then order
-  std::set<std::string> running_;
-  std::map<std::string, std::vector<done_fn>> waiters_;
+  std::unordered_set<std::string> queued_, running_;    // keys
+  std::map<std::string, std::vector<done_fn>> waiters_; // by key
   std::map<std::string, int> per_owner_;
   board_counts counts_;
   uint64_t order_ = 0;

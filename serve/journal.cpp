@@ -11,10 +11,15 @@ double epoch_seconds() {
 
 namespace {
 
-// A prepared statement freed on every path.
+// A cached prepared statement, reset and unbound when its use ends (on every path).
 struct statement {
   sqlite3_stmt* s = nullptr;
-  ~statement() { sqlite3_finalize(s); }
+  ~statement() {
+    if (s) {
+      sqlite3_reset(s);
+      sqlite3_clear_bindings(s);
+    }
+  }
 };
 
 std::string db_error(sqlite3* db, const std::string& what) {
@@ -26,7 +31,7 @@ std::string db_error(sqlite3* db, const std::string& what) {
 expected<std::unique_ptr<journal>> journal::open(const std::string& path) {
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, // mu_
                       nullptr) != SQLITE_OK) {
     std::string why = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
@@ -44,7 +49,21 @@ expected<std::unique_ptr<journal>> journal::open(const std::string& path) {
   return j;
 }
 
-journal::~journal() { sqlite3_close(db_); }
+journal::~journal() {
+  for (auto& [sql, st] : prepared_) sqlite3_finalize(st);
+  sqlite3_close(db_);
+}
+
+// Prepared once per statement: preparing costs as much as a small insert.
+bool journal::prepare(const char* sql, sqlite3_stmt** out) {
+  auto& st = prepared_[sql];
+  if (!st && sqlite3_prepare_v2(db_, sql, -1, &st, nullptr) != SQLITE_OK) {
+    st = nullptr;
+    return false;
+  }
+  *out = st;
+  return true;
+}
 
 status journal::exec(const std::string& sql) {
   char* msg = nullptr;
@@ -59,10 +78,9 @@ status journal::exec(const std::string& sql) {
 status journal::add(const row& r) {
   std::lock_guard<std::mutex> lock(mu_);
   statement st;
-  if (sqlite3_prepare_v2(db_,
-                         "INSERT OR REPLACE INTO evaluations (id, owner, request, accepted_at, "
-                         "result, finished_at) VALUES (?, ?, ?, ?, NULL, NULL)",
-                         -1, &st.s, nullptr) != SQLITE_OK)
+  if (!prepare("INSERT OR REPLACE INTO evaluations (id, owner, request, accepted_at, "
+               "result, finished_at) VALUES (?, ?, ?, ?, NULL, NULL)",
+               &st.s))
     return error{db_error(db_, "prepare")};
   sqlite3_bind_text(st.s, 1, r.id.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st.s, 2, r.owner.c_str(), -1, SQLITE_TRANSIENT);
@@ -75,8 +93,7 @@ status journal::add(const row& r) {
 status journal::finish(const std::string& id, const std::string& result_json) {
   std::lock_guard<std::mutex> lock(mu_);
   statement st;
-  if (sqlite3_prepare_v2(db_, "UPDATE evaluations SET result = ?, finished_at = ? WHERE id = ?", -1,
-                         &st.s, nullptr) != SQLITE_OK)
+  if (!prepare("UPDATE evaluations SET result = ?, finished_at = ? WHERE id = ?", &st.s))
     return error{db_error(db_, "prepare")};
   sqlite3_bind_text(st.s, 1, result_json.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_double(st.s, 2, epoch_seconds());
@@ -88,8 +105,7 @@ status journal::finish(const std::string& id, const std::string& result_json) {
 status journal::forget(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   statement st;
-  if (sqlite3_prepare_v2(db_, "DELETE FROM evaluations WHERE id = ?", -1, &st.s, nullptr) !=
-      SQLITE_OK)
+  if (!prepare("DELETE FROM evaluations WHERE id = ?", &st.s))
     return error{db_error(db_, "prepare")};
   sqlite3_bind_text(st.s, 1, id.c_str(), -1, SQLITE_TRANSIENT);
   if (sqlite3_step(st.s) != SQLITE_DONE) return error{db_error(db_, "forget " + id)};
@@ -99,10 +115,9 @@ status journal::forget(const std::string& id) {
 expected<std::vector<journal::row>> journal::unfinished() {
   std::lock_guard<std::mutex> lock(mu_);
   statement st;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT id, owner, request, accepted_at FROM evaluations WHERE result IS "
-                         "NULL ORDER BY accepted_at",
-                         -1, &st.s, nullptr) != SQLITE_OK)
+  if (!prepare("SELECT id, owner, request, accepted_at FROM evaluations WHERE result IS "
+               "NULL ORDER BY accepted_at",
+               &st.s))
     return error{db_error(db_, "prepare")};
   std::vector<row> rows;
   int rc;
@@ -119,8 +134,7 @@ expected<std::vector<journal::row>> journal::unfinished() {
 expected<std::optional<std::string>> journal::result(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   statement st;
-  if (sqlite3_prepare_v2(db_, "SELECT result FROM evaluations WHERE id = ? AND result IS NOT NULL",
-                         -1, &st.s, nullptr) != SQLITE_OK)
+  if (!prepare("SELECT result FROM evaluations WHERE id = ? AND result IS NOT NULL", &st.s))
     return error{db_error(db_, "prepare")};
   sqlite3_bind_text(st.s, 1, id.c_str(), -1, SQLITE_TRANSIENT);
   int rc = sqlite3_step(st.s);
@@ -133,10 +147,9 @@ expected<std::optional<std::string>> journal::result(const std::string& id) {
 expected<int> journal::purge(double keep_s) {
   std::lock_guard<std::mutex> lock(mu_);
   statement st;
-  if (sqlite3_prepare_v2(db_,
-                         "DELETE FROM evaluations WHERE finished_at IS NOT NULL AND "
-                         "finished_at < ?",
-                         -1, &st.s, nullptr) != SQLITE_OK)
+  if (!prepare("DELETE FROM evaluations WHERE finished_at IS NOT NULL AND "
+               "finished_at < ?",
+               &st.s))
     return error{db_error(db_, "prepare")};
   sqlite3_bind_double(st.s, 1, epoch_seconds() - keep_s);
   if (sqlite3_step(st.s) != SQLITE_DONE) return error{db_error(db_, "purge")};

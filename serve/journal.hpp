@@ -6,6 +6,7 @@
 
 #include "data/expected.hpp"
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -13,6 +14,7 @@
 #include <vector>
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace kiln {
 
@@ -40,8 +42,10 @@ public:
 private:
   explicit journal(sqlite3* db) : db_(db) {}
   status exec(const std::string& sql);
+  bool prepare(const char* sql, sqlite3_stmt** out); // under mu_
   sqlite3* db_;
   std::mutex mu_;
+  std::map<const char*, sqlite3_stmt*> prepared_; // by the statement's literal
 };
 
 double epoch_seconds();

@@ -124,8 +124,8 @@ void service::route(http_request req, respond_fn respond) {
                   {"timestamp", iso_time_now()}}));
   if (path == "/evaluate" && post) return evaluate(req, who, counted);
   if (path == "/evaluate/batch" && post) return evaluate_batch(req, who, counted);
-  if (endpoint == "/status" && get) return counted(status_of(path.substr(8)));
-  if (endpoint == "/results" && get) return counted(result_of(path.substr(9)));
+  if (endpoint == "/status" && get) return counted(status_of(who, path.substr(8)));
+  if (endpoint == "/results" && get) return counted(result_of(who, path.substr(9)));
   if (path == "/metrics" && get) return counted(metrics());
   if (path == "/reset" && post) return episodes_.reset(req.body, who, counted);
   if (path == "/step" && post) return episodes_.step(req.body, who, counted);
@@ -241,10 +241,10 @@ void service::evaluate_batch(const http_request& req, const token_entry& who, re
   }
 }
 
-http_response service::status_of(const std::string& id) {
-  auto r = board_.find(id);
+http_response service::status_of(const token_entry& who, const std::string& id) {
+  auto r = board_.find(who.name, id);
   if (!r) return detail(404, "Task " + id + " not found");
-  int pos = r->status == "pending" ? board_.queue_position(id) : -1;
+  int pos = r->status == "pending" ? board_.queue_position(who.name, id) : -1;
   return json_response(200, json{{"task_id", id},
                                  {"status", r->status},
                                  {"progress", nullptr},
@@ -253,8 +253,8 @@ http_response service::status_of(const std::string& id) {
                                  {"assigned_device", nullptr}});
 }
 
-http_response service::result_of(const std::string& id) {
-  auto r = board_.find(id);
+http_response service::result_of(const token_entry& who, const std::string& id) {
+  auto r = board_.find(who.name, id);
   if (!r) return detail(404, "Task " + id + " not found");
   if (r->status == "pending" || r->status == "processing")
     return detail(404, "Task " + id + " has no result yet (" + r->status + ")");

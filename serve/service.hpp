@@ -38,8 +38,9 @@ public:
 private:
   void evaluate(const http_request& req, const token_entry& who, respond_fn respond);
   void evaluate_batch(const http_request& req, const token_entry& who, respond_fn respond);
-  http_response status_of(const std::string& id);
-  http_response result_of(const std::string& id);
+  // The caller's own ids only.
+  http_response status_of(const token_entry& who, const std::string& id);
+  http_response result_of(const token_entry& who, const std::string& id);
   http_response health();
   http_response metrics();
   std::optional<http_response> browser_guard(const http_request& req) const;

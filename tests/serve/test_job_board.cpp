@@ -87,11 +87,12 @@ TEST_CASE("job board: priority then arrival, capacity and per-token limits, one 
         A::running); // a retry of a running id waits for it
   CHECK(board.submit(req("normal"), "a", 10, {}).what == A::accepted);
   CHECK(board.submit(req("over"), "a", 10, {}).what == A::full);
-  CHECK(board.queue_position("high") == 0);
-  CHECK(board.queue_position("low") == 2);
-  CHECK(board.find("low")->status == "pending");
-  CHECK(board.find("first")->status == "processing");
-  CHECK_FALSE(board.find("never"));
+  CHECK(board.queue_position("b", "high") == 0);
+  CHECK(board.queue_position("a", "low") == 2);
+  CHECK(board.find("a", "low")->status == "pending");
+  CHECK(board.find("a", "first")->status == "processing");
+  CHECK_FALSE(board.find("a", "never"));
+  CHECK_FALSE(board.find("b", "low")); // another caller's id is not b's
   g.release();
   CHECK(first_done.get_future().get().correctness == true);
   REQUIRE(eventually([&] { return board.counts().completed == 4; }));
@@ -133,7 +134,41 @@ TEST_CASE("job board: stopped with work accepted, the next board runs it from th
   REQUIRE(n);
   CHECK(*n == 2);
   REQUIRE(eventually([&] { return board.counts().completed == 2; }));
-  CHECK(board.find("running")->status == "completed");
-  CHECK(board.find("queued")->status == "completed");
+  CHECK(board.find("a", "running")->status == "completed");
+  CHECK(board.find("a", "queued")->status == "completed");
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("job board: an id is its caller's and another caller's same id runs its own code") {
+  // A caller who guesses (or sends first) another's task_id neither reads that caller's result
+  // nor has its own result handed to that caller.
+  auto path = temp_journal();
+  auto j = journal::open(path);
+  REQUIRE(j);
+  gate g;
+  g.release();
+  job_board board({}, **j, [&](const evaluation_request& r) {
+    auto out = g(r);
+    out.error_message = r.kernel_code; // which submission this result is of
+    return out;
+  });
+  auto with_code = [](const std::string& code) {
+    auto r = req("shared-id");
+    r.kernel_code = code;
+    return r;
+  };
+  std::promise<evaluation_result> mallory_done, alice_done;
+  REQUIRE(board
+              .submit(with_code("mallory's"), "mallory", 10,
+                      [&](const evaluation_result& r) { mallory_done.set_value(r); })
+              .what == job_board::admission::accepted);
+  CHECK(mallory_done.get_future().get().error_message == "mallory's");
+  CHECK_FALSE(board.find("alice", "shared-id"));
+  auto t = board.submit(with_code("alice's"), "alice", 10,
+                        [&](const evaluation_result& r) { alice_done.set_value(r); });
+  CHECK(t.what == job_board::admission::accepted); // not mallory's stored result
+  CHECK(alice_done.get_future().get().error_message == "alice's");
+  CHECK(board.find("alice", "shared-id")->error_message == "alice's");
+  CHECK(board.find("mallory", "shared-id")->error_message == "mallory's");
   std::filesystem::remove(path);
 }

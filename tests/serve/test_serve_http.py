@@ -163,6 +163,15 @@ check(again["completed_at"] == good["completed_at"] and again["correctness"] is 
       "the same task_id again answers the stored result, as KernelGYM does")
 code, _, st = s.json("GET", "/status/never-sent")
 check(code == 404, "/status of an unknown id: 404")
+# An id is its caller's: another token neither reads "honest" nor is handed its stored result.
+code, _, _ = s.json("GET", "/results/honest", token=SMALL_TOKEN)
+check(code == 404, "another token's id: 404 on /results")
+code, _, theirs = s.json("POST", "/evaluate", {"task_id": "honest", "reference_code": "relu",
+                                                "kernel_code": relu_source(body="a->y[i] = 0.f;"),
+                                                "backend": "cpu", "num_perf_trials": 20},
+                         token=SMALL_TOKEN)
+check(code == 200 and theirs["correctness"] is False and theirs["error_code"] == "CORRECTNESS_ERROR",
+      "the same task_id from another token runs that token's own (wrong) kernel")
 
 # A KernelBench problem as the reference, a ModelNew (load_inline C++) as the kernel.
 problem = open(os.path.join(MODELNEW, "linear_relu.py")).read()
