@@ -73,9 +73,16 @@ struct level_result {
   double rate = 0; // offered requests/s (paced); 0: closed loop
   int64_t requests = 0, errors = 0;
   double seconds = 0;
+  double service_cpu_s = 0; // CPU of every thread but the clients'
   std::vector<double> latency_ms;
   std::string first_error;
 };
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 double percentile(std::vector<double>& v, double p) {
   if (v.empty()) return 0;
@@ -123,12 +130,15 @@ public:
                                         std::chrono::duration<double>(seconds));
     result_ = &out;
     auto t0 = clock_type::now();
+    double cpu0 = cpu_seconds(), mine0 = thread_cpu_seconds();
     for (auto& c : conns) {
       c->due = t0 + interval_ * c->index / std::max(1, clients);
       pace(c);
     }
     io.run();
     out.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    // The process's CPU less this (the clients') thread's: what the service spent.
+    out.service_cpu_s = (cpu_seconds() - cpu0) - (thread_cpu_seconds() - mine0);
     return out;
   }
 
@@ -241,17 +251,20 @@ void raise_fd_limit() {
 
 nlohmann::json level_json(level_result& r) {
   double rps = r.seconds > 0 ? static_cast<double>(r.requests) / r.seconds : 0;
-  nlohmann::json j = {{"endpoint", r.endpoint},
-                      {"clients", r.clients},
-                      {"offered_per_s", r.rate > 0 ? nlohmann::json(r.rate) : nlohmann::json()},
-                      {"requests", r.requests},
-                      {"errors", r.errors},
-                      {"seconds", r.seconds},
-                      {"requests_per_s", rps},
-                      {"p50_ms", percentile(r.latency_ms, 0.50)},
-                      {"p90_ms", percentile(r.latency_ms, 0.90)},
-                      {"p99_ms", percentile(r.latency_ms, 0.99)},
-                      {"max_ms", percentile(r.latency_ms, 1.0)}};
+  nlohmann::json j = {
+      {"endpoint", r.endpoint},
+      {"clients", r.clients},
+      {"offered_per_s", r.rate > 0 ? nlohmann::json(r.rate) : nlohmann::json()},
+      {"requests", r.requests},
+      {"errors", r.errors},
+      {"seconds", r.seconds},
+      {"requests_per_s", rps},
+      {"service_cpu_us_per_request",
+       r.requests > 0 ? 1e6 * r.service_cpu_s / static_cast<double>(r.requests) : 0.0},
+      {"p50_ms", percentile(r.latency_ms, 0.50)},
+      {"p90_ms", percentile(r.latency_ms, 0.90)},
+      {"p99_ms", percentile(r.latency_ms, 0.99)},
+      {"max_ms", percentile(r.latency_ms, 1.0)}};
   if (!r.first_error.empty()) j["first_error"] = r.first_error;
   return j;
 }
@@ -338,10 +351,11 @@ int cmd_bench_serve(const common_args& common, const bench_args& args) {
       std::string mode =
           r.rate > 0 ? "paced " + std::to_string(static_cast<int>(r.rate)) + "/s" : "closed loop";
       std::printf("  %-9s %5d clients %-14s %7.0f req/s  p50 %7.3f  p90 %7.3f  p99 %7.3f  "
-                  "max %8.3f ms  errors %lld%s%s\n",
+                  "max %8.3f ms  service CPU %5.0f us/req  errors %lld%s%s\n",
                   r.endpoint.c_str(), r.clients, mode.c_str(), j["requests_per_s"].get<double>(),
                   j["p50_ms"].get<double>(), j["p90_ms"].get<double>(), j["p99_ms"].get<double>(),
-                  j["max_ms"].get<double>(), static_cast<long long>(r.errors),
+                  j["max_ms"].get<double>(), j["service_cpu_us_per_request"].get<double>(),
+                  static_cast<long long>(r.errors),
                   r.first_error.empty() ? "" : "  first: ", r.first_error.c_str());
       std::fflush(stdout);
     }
