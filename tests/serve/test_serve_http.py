@@ -237,6 +237,64 @@ check(code == 200 and re.search(r'kiln_serve_evaluations_total\{status="complete
       and 'kiln_serve_requests_total{endpoint="/evaluate/batch",code="200"} 1' in text
       and "kiln_serve_evaluation_seconds_count" in text,
       "/metrics in Prometheus' text format")
+# A client killed mid-request loses nothing that was accepted; one killed mid-body had nothing
+# accepted; the server answers on.
+import socket  # noqa: E402
+port = int(s.base.rsplit(":", 1)[1])
+body = json.dumps({"task_id": "killed-client", "reference_code": "relu",
+                   "kernel_code": relu_source(sleep_ms=150), "backend": "cpu"}).encode()
+head = (f"POST /evaluate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {{}}\r\n\r\n")
+with socket.create_connection(("127.0.0.1", port)) as c:
+    c.sendall(head.format(len(body)).encode() + body)
+    time.sleep(0.3)  # accepted and running: then the client is gone
+with socket.create_connection(("127.0.0.1", port)) as c:
+    partial = json.dumps({"task_id": "cut-body", "reference_code": "relu"}).encode()
+    c.sendall(head.format(len(partial) + 4000).encode() + partial)
+deadline = time.time() + 120
+while time.time() < deadline:
+    code, _, st = s.json("GET", "/status/killed-client")
+    if code == 200 and st["status"] in ("completed", "failed"):
+        break
+    time.sleep(0.3)
+code, _, killed = s.json("GET", "/results/killed-client")
+check(code == 200 and killed["correctness"] is True,
+      "a client killed while its evaluation ran: the evaluation finished and its result is kept")
+code, _, again = evaluate(s, "killed-client", relu_source(sleep_ms=150))
+check(code == 200 and again["completed_at"] == killed["completed_at"],
+      "the client's retry gets that result, not a second run")
+code, _, _ = s.json("GET", "/status/cut-body")
+check(code == 404, "a body cut by its client's death: nothing accepted")
+code, _, body = s.json("GET", "/health")
+check(code == 200 and body["status"] == "healthy", "the server answers after both")
+
+# The same verdicts as `kiln eval` gives the same sources, field by field.
+verdicts = {"honest": good, "zeros": wrong, "broken": broken}
+dirs = []
+for name in verdicts:
+    d = os.path.join(WORK, "eval_" + name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "relu.cpp"), "w") as f:
+        f.write({"honest": relu_source(), "zeros": relu_source(body="a->y[i] = 0.f;"),
+                 "broken": relu_source(body="a->y[i] = undefined_name;")}[name])
+    dirs += ["--policy", "sources:" + d]
+ev = subprocess.run([KILN, "--threads", "1", "eval", *dirs, "--suite", RELU, "--cache-dir",
+                     os.path.join(WORK, "cache"), "--json", os.path.join(WORK, "eval.json")],
+                    capture_output=True, text=True, timeout=600)
+check(ev.returncode == 0, f"kiln eval of the same sources ({ev.stderr[-300:]})")
+rows = {}
+if ev.returncode == 0:
+    for pol in json.load(open(os.path.join(WORK, "eval.json"))):
+        rows[os.path.basename(pol["policy"].split(":", 1)[1])[len("eval_"):]] = pol["tasks"][0]
+for name, served in verdicts.items():
+    row = rows.get(name, {})
+    k = served["metadata"]["kiln"]
+    same = (row.get("outcome") == k["outcome"] and row.get("correct") == served["correctness"] and
+            (row.get("outcome") != "compile_error") == served["compiled"] and
+            (not row.get("correct") or abs(row["eager_ms"] - k["eager_ms"]) / k["eager_ms"] < 1.0))
+    check(same, f"{name}: serve {k['outcome']} / correctness {served['correctness']}, "
+          f"kiln eval {row.get('outcome')} / correct {row.get('correct')}")
+
 # OpenEnv-shaped episodes: reset, steps with feedback and reward, state, schema.
 code, _, schema = s.json("GET", "/schema")
 check(code == 200 and set(schema) == {"action", "observation", "state"} and
