@@ -1,5 +1,6 @@
 #include "serve/http_server.hpp"
 
+#include <array>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -160,8 +161,10 @@ private:
     }
     auto req = parser_->release();
     keep_alive_ = req.keep_alive();
+    // HEAD is routed as GET and answered with GET's headers and no body.
+    head_ = req.method() == http::verb::head;
     http_request r;
-    r.method = std::string(req.method_string());
+    r.method = head_ ? "GET" : std::string(req.method_string());
     r.target = std::string(req.target());
     if (auto it = req.find(http::field::authorization); it != req.end())
       r.authorization = std::string(it->value());
@@ -217,16 +220,40 @@ private:
     res->set(http::field::server, "kiln-serve");
     res->set(http::field::content_type, out.content_type);
     for (const auto& [k, v] : out.headers) res->set(k, v);
-    res->body() = std::move(out.body);
     bool keep = may_keep && keep_alive_;
     res->keep_alive(keep);
-    res->prepare_payload();
+    if (head_) {
+      res->content_length(out.body.size());
+    } else {
+      res->body() = std::move(out.body);
+      res->prepare_payload();
+    }
+    head_ = false;
     stream_.expires_after(std::chrono::seconds(opts_.read_timeout_s));
     http::async_write(stream_, *res,
                       [self = shared_from_this(), res, keep](beast::error_code ec, size_t) {
-                        if (ec || !keep) return self->close();
+                        if (ec) return self->close();
+                        if (!keep) return self->linger();
                         self->read();
                       });
+  }
+
+  // After an answer that ends the connection (413, 400, Connection: close): what the client is
+  // still sending is read and dropped for a while before the socket closes, since closing with
+  // unread data resets the connection and the client may lose the answer it was sent.
+  void linger() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(2));
+    drain_ = std::make_shared<std::array<char, 16384>>();
+    drain_some(size_t{64} << 20);
+  }
+  void drain_some(size_t left) {
+    stream_.async_read_some(asio::buffer(*drain_),
+                            [self = shared_from_this(), left](beast::error_code ec, size_t n) {
+                              if (ec || n >= left) return self->close();
+                              self->drain_some(left - n);
+                            });
   }
 
   void close() {
@@ -237,6 +264,8 @@ private:
 
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
+  bool head_ = false;
+  std::shared_ptr<std::array<char, 16384>> drain_;
   std::optional<http::request_parser<http::string_body>> parser_;
   const http_options& opts_;
   const route_fn& route_;

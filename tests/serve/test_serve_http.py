@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -122,6 +123,25 @@ code, _, body = evaluate(s, "x", relu_source(), num_perf_trials=5000)
 check(code == 400 and "'num_perf_trials' is 5000" in body["message"], "an out-of-range field")
 code, _, _ = s.json("POST", "/evaluate", raw=b"{" + b" " * (300 << 10) + b"}")
 check(code == 413, "a body over --max-request-mib: 413")
+big = 4 << 20  # sent whole, as a client does: the 413 must still reach it
+with socket.create_connection(("127.0.0.1", int(s.base.rsplit(":", 1)[1]))) as c:
+    c.sendall(f"POST /evaluate HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {big}\r\n\r\n".encode())
+    try:
+        for _ in range(big // 65536):
+            c.sendall(b" " * 65536)
+    except OSError:
+        pass
+    c.settimeout(10)
+    try:
+        answer = c.recv(4096)
+    except OSError as e:
+        answer = repr(e).encode()
+check(answer.startswith(b"HTTP/1.1 413"), f"a 4 MiB body sent whole gets its 413 ({answer[:60]!r})")
+req = urllib.request.Request(s.base + "/health", method="HEAD")
+with urllib.request.urlopen(req, timeout=30) as r:
+    check(r.status == 200 and int(r.headers["Content-Length"]) > 0 and r.read() == b"",
+          "HEAD /health: GET's headers, no body")
 code, _, _ = s.json("GET", "/nowhere")
 check(code == 404, "an unknown path: 404")
 code, _, _ = s.json("GET", "/evaluate")
@@ -239,7 +259,6 @@ check(code == 200 and re.search(r'kiln_serve_evaluations_total\{status="complete
       "/metrics in Prometheus' text format")
 # A client killed mid-request loses nothing that was accepted; one killed mid-body had nothing
 # accepted; the server answers on.
-import socket  # noqa: E402
 port = int(s.base.rsplit(":", 1)[1])
 body = json.dumps({"task_id": "killed-client", "reference_code": "relu",
                    "kernel_code": relu_source(sleep_ms=150), "backend": "cpu"}).encode()
