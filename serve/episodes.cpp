@@ -118,16 +118,24 @@ void episodes::reset(const std::string& body_text, const token_entry& who, respo
     std::lock_guard<std::mutex> lock(mu_);
     expire_locked(epoch_seconds());
     if (sessions_.count(id)) return respond(problem(409, "episode " + id + " is already open"));
-    if (static_cast<int>(sessions_.size()) >= opts_.max_sessions) {
+    // Resets still resolving their reference count too: a burst of them cannot pass the limit.
+    if (static_cast<int>(sessions_.size()) + resolving_ >= opts_.max_sessions) {
       auto r = problem(429, "open sessions are at the limit (" +
                                 std::to_string(opts_.max_sessions) + ")");
       r.headers.push_back({"Retry-After", "30"});
       return respond(std::move(r));
     }
     // Resolving the reference may import a problem (seconds): off the io thread.
+    ++resolving_;
     side_.push_back([this, s, id, respond]() mutable {
       auto t = eval_.resolve_reference(s.reference_code);
-      if (!t) return respond(problem(422, "reference_code: " + t.message()));
+      if (!t) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          --resolving_;
+        }
+        return respond(problem(422, "reference_code: " + t.message()));
+      }
       s.task = t->name;
       bool kernelbench = !t->kernelbench_json.empty();
       s.answer_format = kernelbench ? "kernelbench" : "kiln";
@@ -146,6 +154,7 @@ void episodes::reset(const std::string& body_text, const token_entry& who, respo
       s.last_active = epoch_seconds();
       {
         std::lock_guard<std::mutex> lock(mu_);
+        --resolving_;
         if (!sessions_.emplace(id, s).second)
           return respond(problem(409, "episode " + id + " is already open"));
       }

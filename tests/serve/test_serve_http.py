@@ -419,7 +419,8 @@ check("accepted evaluation" in log and "from the journal run again" in log,
 # Without tokens and without --import-references: what a browser or a stranger's source meets.
 p = subprocess.Popen([KILN, "--threads", "1", "serve", "--port", "0", "--state",
                       os.path.join(WORK, "state3"), "--cache-dir", os.path.join(WORK, "cache"),
-                      "--suite", RELU], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                      "--suite", RELU, "--max-sessions", "2"], stdout=subprocess.PIPE,
+                     stderr=subprocess.DEVNULL, text=True)
 port = re.search(r"127\.0\.0\.1:(\d+)", p.stdout.readline()).group(1)
 base = f"http://127.0.0.1:{port}"
 
@@ -444,6 +445,13 @@ check(code == 415, "a POST that is not application/json (a browser's simple requ
 code, _ = raw_post("/evaluate", body, {"Content-Type": "application/json",
                                        "Host": "rebound.example:" + port})
 check(code == 403, "without tokens, a Host that is not loopback (DNS rebinding): 403")
+# A burst of resets past --max-sessions 2: two open, the rest 429 (resets still resolving count).
+import concurrent.futures  # noqa: E402
+with concurrent.futures.ThreadPoolExecutor(6) as pool:
+    codes = sorted(c for c, _ in pool.map(
+        lambda i: raw_post("/reset", json.dumps({"reference_code": "relu"}).encode(),
+                           {"Content-Type": "application/json"}), range(6)))
+check(codes == [200, 200, 429, 429, 429, 429], f"--max-sessions 2 under a burst of 6 resets: {codes}")
 p.terminate()
 p.wait(timeout=60)
 
