@@ -125,14 +125,24 @@ void episodes::reset(const std::string& body_text, const token_entry& who, respo
       r.headers.push_back({"Retry-After", "30"});
       return respond(std::move(r));
     }
+    int mine = resolving_by_[who.name];
+    for (const auto& [sid, open] : sessions_) mine += open.owner == who.name;
+    if (mine >= who.max_sessions) {
+      auto r = problem(429, "this token's open sessions are at its limit (max_sessions=" +
+                                std::to_string(who.max_sessions) + ")");
+      r.headers.push_back({"Retry-After", "30"});
+      return respond(std::move(r));
+    }
     // Resolving the reference may import a problem (seconds): off the io thread.
     ++resolving_;
+    ++resolving_by_[who.name];
     side_.push_back([this, s, id, respond]() mutable {
       auto t = eval_.resolve_reference(s.reference_code);
       if (!t) {
         {
           std::lock_guard<std::mutex> lock(mu_);
           --resolving_;
+          --resolving_by_[s.owner];
         }
         return respond(problem(422, "reference_code: " + t.message()));
       }
@@ -155,6 +165,7 @@ void episodes::reset(const std::string& body_text, const token_entry& who, respo
       {
         std::lock_guard<std::mutex> lock(mu_);
         --resolving_;
+        --resolving_by_[s.owner];
         if (!sessions_.emplace(id, s).second)
           return respond(problem(409, "episode " + id + " is already open"));
       }

@@ -28,13 +28,13 @@ expected<token_table> parse_tokens(const std::string& text, const std::string& o
                   value = eq == std::string::npos ? "" : opt.substr(eq + 1);
       if (key == "priority" && (value == "low" || value == "normal" || value == "high")) {
         e.priority = priority_rank(value);
-      } else if (key == "max_pending" && !value.empty() &&
+      } else if ((key == "max_pending" || key == "max_sessions") && !value.empty() &&
                  value.find_first_not_of("0123456789") == std::string::npos && value.size() < 7 &&
                  std::stoi(value) > 0) {
-        e.max_pending = std::stoi(value);
+        (key == "max_pending" ? e.max_pending : e.max_sessions) = std::stoi(value);
       } else {
         return error{where + "'" + opt +
-                     "' is not priority=low|normal|high or max_pending=N (N > 0)"};
+                     "' is not priority=low|normal|high, max_pending=N or max_sessions=N (N > 0)"};
       }
     }
     for (const auto& other : t.entries)

@@ -1,7 +1,8 @@
 // Who may call `kiln serve`: bearer tokens from a file, one per line,
-//   TOKEN NAME [priority=low|normal|high] [max_pending=N]
+//   TOKEN NAME [priority=low|normal|high] [max_pending=N] [max_sessions=N]
 // ('#' starts a comment). NAME is what logs and the journal show, never the token. A token's
-// priority is the most its requests may ask for; max_pending bounds its accepted, unfinished work.
+// priority is the most its requests may ask for; max_pending bounds its accepted, unfinished work,
+// max_sessions its open episodes (within the server's --max-sessions).
 #pragma once
 
 #include "data/expected.hpp"
@@ -16,6 +17,7 @@ struct token_entry {
   std::string token, name;
   int priority = 1; // 0 low, 1 normal, 2 high
   int max_pending = 64;
+  int max_sessions = 1000000; // no limit of its own
 };
 
 struct token_table {

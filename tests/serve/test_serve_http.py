@@ -104,7 +104,7 @@ shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
 tokens_file = os.path.join(WORK, "tokens")
 with open(tokens_file, "w") as f:
-    f.write(f"# who may call\n{TOKEN} trainer priority=high\n{SMALL_TOKEN} limited max_pending=1\n")
+    f.write(f"# who may call\n{TOKEN} trainer priority=high\n{SMALL_TOKEN} limited max_pending=1 max_sessions=1\n")
 
 s = Server()
 # Who may call.
@@ -341,6 +341,11 @@ check(code == 200 and state["step_count"] == 2 and state["rewards"] == [-1, st2[
       state["done"] is True, "/state: steps and rewards so far")
 code, _, _ = s.json("GET", "/state?episode_id=" + eid, token=SMALL_TOKEN)
 check(code == 404, "another token does not see the episode")
+code, _, _ = s.json("POST", "/reset", {"reference_code": "relu"}, token=SMALL_TOKEN)
+check(code == 200, "the limited token opens its one session")
+code, headers, body = s.json("POST", "/reset", {"reference_code": "relu"}, token=SMALL_TOKEN)
+check(code == 429 and "max_sessions=1" in body["detail"] and "Retry-After" in headers,
+      "its second while the first is open: 429, naming its max_sessions")
 code, _, _ = s.json("POST", "/step", {"episode_id": "ep-none", "action": {"kernel_code": "x"}})
 check(code == 404, "a step on no episode: 404")
 

@@ -5,9 +5,10 @@
 using namespace kiln;
 
 TEST_CASE("tokens: a file of tokens, names and limits, a bearer header finds its entry") {
-  auto t = parse_tokens("# trainers\n0123456789abcdef-one alice priority=high max_pending=3\n"
-                        "\n0123456789abcdef-two bob\n",
-                        "tokens");
+  auto t = parse_tokens(
+      "# trainers\n0123456789abcdef-one alice priority=high max_pending=3 max_sessions=2\n"
+      "\n0123456789abcdef-two bob\n",
+      "tokens");
   REQUIRE_MESSAGE(t, t.message());
   REQUIRE(t->entries.size() == 2);
   auto a = t->find("Bearer 0123456789abcdef-one");
@@ -15,6 +16,7 @@ TEST_CASE("tokens: a file of tokens, names and limits, a bearer header finds its
   CHECK(a->name == "alice");
   CHECK(a->priority == 2);
   CHECK(a->max_pending == 3);
+  CHECK(a->max_sessions == 2);
   auto b = t->find("Bearer 0123456789abcdef-two");
   REQUIRE(b);
   CHECK(b->priority == 1);
