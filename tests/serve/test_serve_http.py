@@ -100,6 +100,17 @@ def evaluate(server, task_id, kernel, reference="relu", **extra):
     return server.json("POST", "/evaluate", body)
 
 
+def wait_finished(server, task_id, seconds):
+    """The id's /status once it is completed or failed (or the last one seen)."""
+    deadline, st = time.time() + seconds, {}
+    while time.time() < deadline:
+        code, _, st = server.json("GET", "/status/" + task_id)
+        if code == 200 and st["status"] in ("completed", "failed"):
+            break
+        time.sleep(0.3)
+    return st
+
+
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
 tokens_file = os.path.join(WORK, "tokens")
@@ -231,12 +242,7 @@ check(code == 404 and "no result yet" in body["detail"], "/results before the ve
 # Killed with work accepted: the restart runs it, and old results are still answered.
 s.kill()
 s = Server()
-deadline = time.time() + 240
-while time.time() < deadline:
-    code, _, st = s.json("GET", "/status/slow-1")
-    if code == 200 and st["status"] in ("completed", "failed"):
-        break
-    time.sleep(0.5)
+st = wait_finished(s, "slow-1", 240)
 check(st.get("status") == "completed", "an evaluation accepted before a kill -9 ran after the restart")
 code, _, res = s.json("GET", "/results/slow-1")
 check(code == 200 and res["correctness"] is True, "and its result is answered")
@@ -270,12 +276,7 @@ with socket.create_connection(("127.0.0.1", port)) as c:
 with socket.create_connection(("127.0.0.1", port)) as c:
     partial = json.dumps({"task_id": "cut-body", "reference_code": "relu"}).encode()
     c.sendall(head.format(len(partial) + 4000).encode() + partial)
-deadline = time.time() + 120
-while time.time() < deadline:
-    code, _, st = s.json("GET", "/status/killed-client")
-    if code == 200 and st["status"] in ("completed", "failed"):
-        break
-    time.sleep(0.3)
+wait_finished(s, "killed-client", 120)
 code, _, killed = s.json("GET", "/results/killed-client")
 check(code == 200 and killed["correctness"] is True,
       "a client killed while its evaluation ran: the evaluation finished and its result is kept")
