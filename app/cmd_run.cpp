@@ -8,6 +8,7 @@
 #include "app/run_config.hpp"
 #include "app/run_training.hpp"
 #include "app/task_table.hpp"
+#include "data/op_vocab.hpp"
 #include "data/reference.hpp"
 #include "data/task_set.hpp"
 #include "data/task_validate.hpp"
@@ -287,6 +288,18 @@ int cmd_run(const common_args& common, const run_args& args) {
 
   auto set = load_tasks(cfg->suites, limits_of(*cfg));
   for (const auto& e : set.errors) spdlog::error("{}", e.message);
+  if (cfg->rollout_policy != "llm") {
+    // The hosted model writes programs over an op graph: a PyTorch-module reference has none.
+    auto module_task = [](const task& t) { return has_module_reference(t); };
+    auto n = std::count_if(set.tasks.begin(), set.tasks.end(), module_task);
+    if (n > 0) {
+      spdlog::warn("{} task{} whose reference is a PyTorch module left out: rollout.policy '{}' "
+                   "writes programs over an op graph (rollout.policy = \"llm\" takes them)",
+                   n, n == 1 ? "" : "s", cfg->rollout_policy);
+      set.tasks.erase(std::remove_if(set.tasks.begin(), set.tasks.end(), module_task),
+                      set.tasks.end());
+    }
+  }
   shuffle_tasks(set.tasks, cfg->shuffle_seed);
   if (cfg->max_tasks > 0 && static_cast<int64_t>(set.tasks.size()) > cfg->max_tasks)
     set.tasks.resize(static_cast<std::size_t>(cfg->max_tasks));

@@ -221,6 +221,12 @@ expected<program> checkpoint_program(const task& t, const policy_spec& p) {
 eval_row evaluate_task(pool_handle& pool, const task& t, const policy_spec& p, uint64_t seed,
                        eager_times* eager, double job_timeout_s) {
   eval_row r = task_row(t);
+  if (p.sources_dir.empty() && has_module_reference(t)) {
+    r.outcome = "skipped";
+    r.message = "the reference is the problem's PyTorch module (pytorch_module): " + p.name +
+                " writes programs over an op graph, which this task has not";
+    return r;
+  }
   // The reference is trusted code: it may take what it takes (KernelBench's conv_transpose
   // problems run ~10 s per call on cpu even at batch 1). A submission then gets time in
   // proportion to the reference's cost: 60 calls' worth (checks, warm-up, trials) past the base.
@@ -364,6 +370,8 @@ void print_summary(const nlohmann::json& j) {
               j["policy"].get<std::string>().c_str(), o["tasks"].get<int>(),
               100 * o["pass_rate"].get<double>(), 100 * o["fast_1_eager"].get<double>(),
               o["geomean_eager"].get<double>());
+  if (o.value("skipped", 0) > 0)
+    std::printf("  (%d skipped: a PyTorch-module reference, no op graph)", o.value("skipped", 0));
   if (o["geomean_compile"].is_number())
     std::printf("  vs torch.compile (%d tasks): fast_1 %.1f%%  geomean %.3fx\n",
                 o.value("compile_tasks", 0), 100 * o["fast_1_compile"].get<double>(),

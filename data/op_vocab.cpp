@@ -145,6 +145,19 @@ std::vector<op_info> make_ops() {
                  {{"start_dim", K::integer}, {"end_dim", K::integer}}});
   ops.push_back({"dropout", op_family::dropout, 1, 1, 0, {{"p", K::real}}});
   ops.push_back({"cat", op_family::cat, 2, 64, 0, {{"dim", K::integer}}});
+  // args: the module's tensor inputs, then the params it is given (attrs.state_dict, in order).
+  // One op per output of its forward (attrs.output), each with that output's shape.
+  ops.push_back({"pytorch_module",
+                 op_family::module,
+                 1,
+                 1 << 16,
+                 0,
+                 {{"torchscript", K::string, true},
+                  {"inputs", K::integer, true},
+                  {"state_dict", K::string},
+                  {"output", K::integer},
+                  {"shape", K::ints, true},
+                  {"index", K::boolean}}});
   ops.push_back({"slice",
                  op_family::slice,
                  1,
@@ -367,6 +380,12 @@ expected<shape_t> matmul_shape(const shape_t& a, const shape_t& b) {
 const std::vector<op_info>& all_ops() {
   static const std::vector<op_info> ops = make_ops();
   return ops;
+}
+
+bool has_module_reference(const task& t) {
+  for (const auto& op : t.ops)
+    if (const auto* info = find_op(op.op); info && info->family == op_family::module) return true;
+  return false;
 }
 
 const op_info* find_op(std::string_view name) {
@@ -669,6 +688,23 @@ expected<shape_t> infer_shape(const op_info& op, const std::vector<shape_t>& arg
       seen[d] = true;
     }
     return x;
+  }
+  case op_family::module: {
+    auto inputs = attr_int(attrs, "inputs", 0);
+    if (inputs < 1 || inputs > n)
+      return fail("attrs.inputs: " + std::to_string(inputs) + " for " + std::to_string(n) +
+                  " args");
+    std::istringstream keys(attr_string(attrs, "state_dict", ""));
+    int64_t n_keys = 0;
+    for (std::string k; keys >> k;) ++n_keys;
+    if (inputs + n_keys != n)
+      return fail("attrs.state_dict: " + std::to_string(n_keys) + " keys for " +
+                  std::to_string(n - inputs) + " params");
+    if (attr_int(attrs, "output", 0) < 0) return fail("attrs.output: must be >= 0");
+    auto shape = attr_dims(attrs, "shape");
+    for (auto d : shape)
+      if (d < 1) return fail("attrs.shape: " + to_string(shape) + " has a size below 1");
+    return shape;
   }
   case op_family::pad: {
     auto w = pad_widths_of(attrs, x);

@@ -36,10 +36,12 @@ enum class op_family {
   transpose,
   flatten,
   dropout,
-  cat,   // torch.cat of 2+ tensors along attrs.dim
-  slice, // x[..., start:end:step, ...] on one dim (constant bounds)
-  flip,  // torch.flip over attrs.dims
-  pad,   // F.pad(x, attrs.pad, value = attrs.value), constant mode, non-negative widths
+  cat,    // torch.cat of 2+ tensors along attrs.dim
+  slice,  // x[..., start:end:step, ...] on one dim (constant bounds)
+  flip,   // torch.flip over attrs.dims
+  pad,    // F.pad(x, attrs.pad, value = attrs.value), constant mode, non-negative widths
+  module, // pytorch_module: the problem's PyTorch module as the whole reference
+          // (data/module_reference.hpp); no program is written over it
 };
 
 enum class attr_kind { integer, real, boolean, string, ints, int_or_ints };
@@ -101,5 +103,9 @@ expected<pad_widths> pad_widths_of(const attr_map& attrs, const shape_t& x);
 // The layout ops that keep every element in order (a view: reshape, flatten, dropout p = 0);
 // permute, transpose, cat, slice, flip and pad move elements and are copies.
 bool is_view_layout(op_family f);
+
+// Whether the task's reference is a PyTorch module (op pytorch_module): it has no op graph for
+// programs to be written over; free-form submissions take it, op-graph policies skip it.
+bool has_module_reference(const task& t);
 
 } // namespace kiln

@@ -1,5 +1,6 @@
 #include "data/reference.hpp"
 
+#include "data/module_reference.hpp"
 #include "data/op_vocab.hpp"
 #include "data/task_check.hpp"
 #include "data/task_hash.hpp"
@@ -270,6 +271,7 @@ at::Tensor apply(const op_info& info, const op_node& op, const std::vector<at::T
     // A copy: a view would keep its whole source alive past the source's last use (peak_bytes).
     return x.slice(attr_int(at_, "dim", 0), start, end, attr_int(at_, "step", 1)).clone();
   }
+  case op_family::module: break; // run_reference runs the module once for all its outputs
   }
   throw std::runtime_error("no reference implementation for op '" + op.op + "'");
 }
@@ -315,6 +317,7 @@ expected<std::vector<at::Tensor>> run_reference(const task& t,
     return values[r.index];
   };
   double rms_eps = finfo_eps(t.type);
+  std::vector<at::Tensor> module_out; // a pytorch_module's outputs, once it has run
   // Intermediates are freed after their last use: the peak that check_task budgets (peak_bytes).
   const auto last = last_uses(t);
   std::vector<std::vector<std::size_t>> dies_after(t.ops.size());
@@ -326,13 +329,33 @@ expected<std::vector<at::Tensor>> run_reference(const task& t,
                    "'"};
     std::vector<at::Tensor> args;
     for (const auto& name : op.args) args.push_back(lookup(name));
-    try {
-      values[i] = apply(*info, op, args, rms_eps);
-    } catch (const std::exception& e) {
-      std::string what = e.what();
-      if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-      return error{"task '" + t.name + "': ops[" + std::to_string(i) + "] (" + op.op + " -> '" +
-                   op.out + "'): reference failed: " + what};
+    if (info->family == op_family::module) {
+      // One forward answers every output op of the module (they share its attrs and args).
+      if (module_out.empty()) {
+        auto ran = run_module(op, args);
+        if (!ran)
+          return error{"task '" + t.name + "': ops[" + std::to_string(i) + "] (" + op.op +
+                       "): reference failed: " + ran.message()};
+        module_out = std::move(*ran);
+      }
+      auto k = static_cast<std::size_t>(attr_int(op.attrs, "output", 0));
+      if (k >= module_out.size())
+        return error{"task '" + t.name + "': ops[" + std::to_string(i) + "]: output " +
+                     std::to_string(k) + " of a module with " + std::to_string(module_out.size())};
+      if (module_out[k].sizes() != c10::IntArrayRef(op.shape))
+        return error{"task '" + t.name + "': ops[" + std::to_string(i) + "]: the module's output " +
+                     std::to_string(k) + " has shape " + to_string(module_out[k].sizes().vec()) +
+                     ", the task says " + to_string(op.shape)};
+      values[i] = module_out[k];
+    } else {
+      try {
+        values[i] = apply(*info, op, args, rms_eps);
+      } catch (const std::exception& e) {
+        std::string what = e.what();
+        if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+        return error{"task '" + t.name + "': ops[" + std::to_string(i) + "] (" + op.op + " -> '" +
+                     op.out + "'): reference failed: " + what};
+      }
     }
     args.clear();
     if (last[i] < t.ops.size()) dies_after[last[i]].push_back(i);

@@ -182,7 +182,8 @@ status check_task(task& t, const check_limits& lim) {
         return error{at + ": shape: result dimension " + std::to_string(s) + " out of range"};
     if (auto s = define(op.out, at); !s) return s;
     op.shape = *shape;
-    op.is_index = info->family == op_family::arg_reduce;
+    op.is_index = info->family == op_family::arg_reduce ||
+                  (info->family == op_family::module && attr_bool(op.attrs, "index", false));
   }
   std::set<std::string> seen_out;
   for (std::size_t i = 0; i < t.outputs.size(); ++i) {

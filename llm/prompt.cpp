@@ -1,5 +1,6 @@
 #include "llm/prompt.hpp"
 
+#include "data/op_vocab.hpp"
 #include "kiln/embedded_skill.hpp"
 
 #include <cstdio>
@@ -126,20 +127,35 @@ std::string llm_task_prompt(const task& t, backend_kind backend, llm_answer_form
   };
   decls("Inputs, fresh random values every call", t.inputs, "inputs");
   decls("Params, fixed for the task", t.params, "params");
-  o << "The computation, one torch op per line (torch / torch.nn.functional semantics; the "
-       "comment is the result's shape):\n\n```python\n";
-  for (const auto& op : t.ops) {
-    o << op.out << " = " << op.op << "(";
-    bool first = true;
-    for (const auto& a : op.args) {
-      o << (first ? "" : ", ") << a;
-      first = false;
+  if (has_module_reference(t)) {
+    // No op graph: the problem's own module is the reference (its params are the task's, by
+    // their state_dict names); an op line would be its TorchScript in base64.
+    auto kb = nlohmann::json::parse(t.kernelbench_json, nullptr, false);
+    o << "The computation is the forward of this PyTorch module, its tensors being the params "
+         "above by state_dict name (the outputs: "
+      << t.ops.size() << ", the shapes below):\n\n```python\n"
+      << (kb.is_object() ? kb.value("source", std::string()) : std::string()) << "\n";
+    if (kb.is_object() && kb.contains("state_dict") && kb["state_dict"].is_object())
+      for (const auto& [param, key] : kb["state_dict"].items())
+        o << "# params: " << param << " is " << key.get<std::string>() << "\n";
+    for (const auto& op : t.ops)
+      o << "# " << op.out << ": " << to_string(op.shape) << (op.is_index ? " int64" : "") << "\n";
+  } else {
+    o << "The computation, one torch op per line (torch / torch.nn.functional semantics; the "
+         "comment is the result's shape):\n\n```python\n";
+    for (const auto& op : t.ops) {
+      o << op.out << " = " << op.op << "(";
+      bool first = true;
+      for (const auto& a : op.args) {
+        o << (first ? "" : ", ") << a;
+        first = false;
+      }
+      for (const auto& [k, v] : op.attrs) {
+        o << (first ? "" : ", ") << k << "=" << to_string(v);
+        first = false;
+      }
+      o << ")  # " << to_string(op.shape) << (op.is_index ? " int64" : "") << "\n";
     }
-    for (const auto& [k, v] : op.attrs) {
-      o << (first ? "" : ", ") << k << "=" << to_string(v);
-      first = false;
-    }
-    o << ")  # " << to_string(op.shape) << (op.is_index ? " int64" : "") << "\n";
   }
   o << "```\n\nOutputs (in this order in `outputs`): ";
   for (size_t i = 0; i < t.outputs.size(); ++i) o << (i ? ", " : "") << t.outputs[i];

@@ -12,9 +12,17 @@ const std::vector<double>& fast_p_thresholds() {
   return p;
 }
 
-eval_summary summarize(const std::vector<eval_row>& rows) {
+eval_summary summarize(const std::vector<eval_row>& all_rows) {
   eval_summary s;
+  std::vector<eval_row> rows;
+  for (const auto& r : all_rows) {
+    if (r.outcome == "skipped")
+      ++s.skipped;
+    else
+      rows.push_back(r);
+  }
   s.tasks = static_cast<int>(rows.size());
+  for (double p : fast_p_thresholds()) s.fast_eager[p] = 0; // every key, judged rows or none
   if (rows.empty()) return s;
   double log_eager = 0, log_compile = 0, turns = 0;
   int correct = 0, correct_with_compile = 0, faster_than_compile = 0;
@@ -105,6 +113,7 @@ std::string p_key(double p) {
 nlohmann::json to_json(const eval_summary& s) {
   nlohmann::json j;
   j["tasks"] = s.tasks;
+  j["skipped"] = s.skipped;
   j["pass_rate"] = s.pass_rate;
   for (const auto& [p, v] : s.fast_eager) j["fast_" + p_key(p) + "_eager"] = v;
   for (double p : fast_p_thresholds()) {

@@ -41,7 +41,8 @@ struct eval_row {
 const std::vector<double>& fast_p_thresholds();
 
 struct eval_summary {
-  int tasks = 0;
+  int tasks = 0;   // rows judged: every rate below is over these
+  int skipped = 0; // rows the policy cannot take (outcome "skipped": no op graph to write over)
   double pass_rate = 0;                // fast_0: share correct
   std::map<double, double> fast_eager; // p -> share of ALL tasks correct and > p x faster
   // Compile metrics cover the tasks a baselines file has (compile_tasks of them: fast_p and the

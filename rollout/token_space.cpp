@@ -66,7 +66,8 @@ const table& vocab() {
     v.program_count = static_cast<int32_t>(v.words.size());
     for (auto w : {"<pad>", "<bos>", "<task_end>", "<program>", "<obs>", "<obs_end>"}) v.add(w);
     for (int l = 1; l <= 3; ++l) v.add("level:" + std::to_string(l));
-    for (const auto& op : all_ops()) v.add("op:" + std::string(op.name));
+    for (const auto& op : all_ops()) // a pytorch_module is no op a task is read by: no word
+      if (op.family != op_family::module) v.add("op:" + std::string(op.name));
     for (int k = 0; k <= max_size_log2; ++k) v.add("size:2^" + std::to_string(k));
     v.outcome_first = static_cast<int32_t>(v.words.size());
     for (auto k : all_outcome_kinds) v.add(std::string("obs:") + outcome_word(k));

@@ -59,6 +59,7 @@ std::vector<kernel_template> anchor_templates(op_family f) {
   case op_family::slice:
   case op_family::flip:
   case op_family::pad: return {kernel_template::layout};
+  case op_family::module: return {}; // a PyTorch module: no template writes it
   }
   return {};
 }

@@ -116,3 +116,40 @@ model_keys = []
   CHECK(sys.find("custom CUDA kernels") != std::string::npos);
   CHECK(sys.find("kiln_run") == std::string::npos); // Kiln's ABI is not part of this format
 }
+
+TEST_CASE("a PyTorch-module reference is stated by the module's source, never its TorchScript") {
+  auto t = task_from_toml(R"(
+name = "mod"
+level = 3
+outputs = ["y"]
+[[inputs]]
+name = "x"
+shape = [4, 8]
+init = "normal"
+[[params]]
+name = "fc_weight"
+shape = [2, 8]
+init = "kaiming_uniform"
+[[ops]]
+out = "y"
+op = "pytorch_module"
+args = ["x", "fc_weight"]
+attrs = { inputs = 1, state_dict = "fc.weight", shape = [4, 2], torchscript = "UEsDBAAAAAAAAA==" }
+[kernelbench]
+source = "class Model(nn.Module):\n    def forward(self, x):\n        return self.fc(x)\n"
+init_inputs = []
+forward = [{ input = "x" }]
+state_dict = { fc_weight = "fc.weight" }
+model_keys = ["fc.weight"]
+)",
+                          "inline.toml");
+  REQUIRE_MESSAGE(t, t.message());
+  REQUIRE(check_task(*t));
+  auto p = llm_task_prompt(*t, backend_kind::cpu, llm_answer_format::kiln, 0.5, {});
+  CHECK(p.find("the forward of this PyTorch module") != std::string::npos);
+  CHECK(p.find("        return self.fc(x)\n") != std::string::npos);
+  CHECK(p.find("# params: fc_weight is fc.weight") != std::string::npos);
+  CHECK(p.find("# y: [4, 2]") != std::string::npos);
+  CHECK(p.find("UEsDB") == std::string::npos);
+  CHECK(p.find("pytorch_module") == std::string::npos);
+}

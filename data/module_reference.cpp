@@ -1,0 +1,118 @@
+#include "data/module_reference.hpp"
+
+#include "data/op_vocab.hpp"
+#include "data/task_hash.hpp"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <torch/script.h>
+
+namespace kiln {
+
+namespace {
+
+expected<std::string> base64_decode(const std::string& in) {
+  static const std::string alphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve(in.size() / 4 * 3);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    if (c == '=' || c == '\n' || c == '\r' || c == ' ') continue;
+    auto v = alphabet.find(c);
+    if (v == std::string::npos) return error{"attrs.torchscript is not base64"};
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// Loaded modules by the hash of their text. One call at a time per module: the task's params are
+// set into it for each call.
+struct loaded {
+  std::mutex mu;
+  torch::jit::Module module;
+};
+
+expected<std::shared_ptr<loaded>> module_for(const std::string& text) {
+  static std::mutex mu;
+  static std::map<uint64_t, std::shared_ptr<loaded>> cache;
+  uint64_t key = fnv1a64(text);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  auto bytes = base64_decode(text);
+  if (!bytes) return bytes.err();
+  auto l = std::make_shared<loaded>();
+  try {
+    std::istringstream in(*bytes);
+    l->module = torch::jit::load(in);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return error{"attrs.torchscript does not load as a TorchScript module: " +
+                 what.substr(0, what.find('\n'))};
+  }
+  cache.emplace(key, l); // as traced: a training-mode forward stays one (KernelBench's default)
+  return l;
+}
+
+} // namespace
+
+expected<std::vector<at::Tensor>> run_module(const op_node& op,
+                                             const std::vector<at::Tensor>& args) {
+  auto l = module_for(attr_string(op.attrs, "torchscript", ""));
+  if (!l) return l.err();
+  auto n_inputs = static_cast<std::size_t>(attr_int(op.attrs, "inputs", 0));
+  auto keys = split_words(attr_string(op.attrs, "state_dict", ""));
+  if (n_inputs + keys.size() != args.size())
+    return error{"pytorch_module: " + std::to_string(n_inputs) + " inputs and " +
+                 std::to_string(keys.size()) + " state_dict keys for " +
+                 std::to_string(args.size()) + " args"};
+  std::lock_guard<std::mutex> lock((*l)->mu);
+  auto& m = (*l)->module;
+  std::map<std::string, at::Tensor> held; // the module's tensors, by state_dict key
+  for (const auto& p : m.named_parameters(true)) held.emplace(p.name, p.value);
+  for (const auto& b : m.named_buffers(true)) held.emplace(b.name, b.value);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    auto it = held.find(keys[i]);
+    if (it == held.end())
+      return error{"pytorch_module: the module holds no tensor '" + keys[i] + "'"};
+    // The importer left a placeholder for each tensor the task gives (its weights are drawn by
+    // the task's rules, as a submission's are); the others (a BatchNorm's counter) are as saved.
+    it->second.set_data(args[n_inputs + i]);
+  }
+  std::vector<torch::jit::IValue> inputs(args.begin(), args.begin() + n_inputs);
+  std::vector<at::Tensor> out;
+  try {
+    torch::NoGradGuard no_grad;
+    auto y = m.forward(inputs);
+    if (y.isTensor()) {
+      out.push_back(y.toTensor());
+    } else if (y.isTuple()) {
+      for (const auto& e : y.toTupleRef().elements()) out.push_back(e.toTensor());
+    } else if (y.isTensorList()) {
+      for (const auto& e : y.toTensorList()) out.push_back(e);
+    } else {
+      return error{"pytorch_module: forward returned " + y.tagKind() + ", not tensors"};
+    }
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return error{"pytorch_module: forward failed: " + what.substr(0, what.find('\n'))};
+  }
+  return out;
+}
+
+} // namespace kiln
