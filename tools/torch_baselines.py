@@ -571,6 +571,9 @@ def generate(task):
             opname = op.get("op") if isinstance(op, dict) else None
             where = f"ops[{i}] ({opname} -> '{op.get('out') if isinstance(op, dict) else None}')"
             try:
+                if opname == "pytorch_module":
+                    raise TaskError("a PyTorch-module reference (its Model traced): no op graph "
+                                    "to translate; this tool does not time such tasks yet")
                 if opname not in OPS:
                     raise TaskError(f"op: unknown op '{opname}' (not in Kiln's op vocabulary v1)")
                 family, sd, lo, hi, kinds, required = OPS[opname]
