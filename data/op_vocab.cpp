@@ -444,6 +444,13 @@ std::vector<int64_t> attr_dims(const attr_map& a, std::string_view key) {
   return {};
 }
 
+std::vector<std::string> attr_words(const attr_map& a, std::string_view key) {
+  std::vector<std::string> out;
+  std::istringstream in(attr_string(a, key, ""));
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
 bool normalize_dim(int64_t& dim, std::size_t rank) {
   int64_t r = static_cast<int64_t>(rank);
   if (r == 0) return dim == 0 || dim == -1 ? (dim = 0, true) : false;
@@ -694,9 +701,7 @@ expected<shape_t> infer_shape(const op_info& op, const std::vector<shape_t>& arg
     if (inputs < 1 || inputs > n)
       return fail("attrs.inputs: " + std::to_string(inputs) + " for " + std::to_string(n) +
                   " args");
-    std::istringstream keys(attr_string(attrs, "state_dict", ""));
-    int64_t n_keys = 0;
-    for (std::string k; keys >> k;) ++n_keys;
+    auto n_keys = static_cast<int64_t>(attr_words(attrs, "state_dict").size());
     if (inputs + n_keys != n)
       return fail("attrs.state_dict: " + std::to_string(n_keys) + " keys for " +
                   std::to_string(n - inputs) + " params");

@@ -75,6 +75,8 @@ std::vector<int64_t> attr_ints(const attr_map& a, std::string_view key, std::siz
                                int64_t fallback);
 // dim attributes as a list (an int becomes a one-element list); empty when absent.
 std::vector<int64_t> attr_dims(const attr_map& a, std::string_view key);
+// A string attribute's whitespace-separated words (pytorch_module's state_dict keys).
+std::vector<std::string> attr_words(const attr_map& a, std::string_view key);
 
 // Checks that attribute names and kinds are known for the op; message names the field.
 status check_attrs(const op_info& op, const attr_map& attrs);

@@ -317,7 +317,8 @@ expected<std::vector<at::Tensor>> run_reference(const task& t,
     return values[r.index];
   };
   double rms_eps = finfo_eps(t.type);
-  std::vector<at::Tensor> module_out; // a pytorch_module's outputs, once it has run
+  std::vector<at::Tensor> module_out;  // a pytorch_module's outputs, once it has run,
+  const op_node* module_ran = nullptr; // for this op and those that share its module and args
   // Intermediates are freed after their last use: the peak that check_task budgets (peak_bytes).
   const auto last = last_uses(t);
   std::vector<std::vector<std::size_t>> dies_after(t.ops.size());
@@ -330,13 +331,21 @@ expected<std::vector<at::Tensor>> run_reference(const task& t,
     std::vector<at::Tensor> args;
     for (const auto& name : op.args) args.push_back(lookup(name));
     if (info->family == op_family::module) {
-      // One forward answers every output op of the module (they share its attrs and args).
-      if (module_out.empty()) {
+      // One forward answers every output op of the same module on the same args.
+      auto same_attr = [&](const char* k) { // compared in place: the module text is kilobytes
+        auto a = module_ran->attrs.find(k), b = op.attrs.find(k);
+        return (a == module_ran->attrs.end()) == (b == op.attrs.end()) &&
+               (a == module_ran->attrs.end() || a->second == b->second);
+      };
+      bool same = module_ran && module_ran->args == op.args && same_attr("torchscript") &&
+                  same_attr("state_dict");
+      if (!same) {
         auto ran = run_module(op, args);
         if (!ran)
           return error{"task '" + t.name + "': ops[" + std::to_string(i) + "] (" + op.op +
                        "): reference failed: " + ran.message()};
         module_out = std::move(*ran);
+        module_ran = &op;
       }
       auto k = static_cast<std::size_t>(attr_int(op.attrs, "output", 0));
       if (k >= module_out.size())

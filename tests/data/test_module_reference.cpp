@@ -75,3 +75,18 @@ TEST_CASE("module reference: what is wrong with a module op is named") {
     CHECK(r.message().find("has shape [8, 16], the task says [8, 15]") != std::string::npos);
   }
 }
+
+TEST_CASE("module reference: two module ops on other args each run their own forward") {
+  auto t = lstm_task();
+  op_node swapped = module_op(t);
+  swapped.out = "y2";
+  std::swap(swapped.args[1], swapped.args[2]); // h0 and c0 trade places
+  t.ops.push_back(swapped);
+  t.outputs.push_back("y2");
+  REQUIRE(check_task(t));
+  auto cpu = c10::Device(c10::kCPU);
+  auto out = run_reference(t, make_inputs(t, 7, cpu), make_params(t, 1, cpu));
+  REQUIRE_MESSAGE(out, out.message());
+  REQUIRE(out->size() == 2);
+  CHECK_FALSE(at::allclose((*out)[0], (*out)[1])); // not the first forward's output again
+}
