@@ -119,13 +119,14 @@ void episodes::reset(const std::string& body_text, const token_entry& who, respo
     expire_locked(epoch_seconds());
     if (sessions_.count(id)) return respond(problem(409, "episode " + id + " is already open"));
     // Resets still resolving their reference count too: a burst of them cannot pass the limit.
-    if (static_cast<int>(sessions_.size()) + resolving_ >= opts_.max_sessions) {
+    if (static_cast<int>(sessions_.size()) + resolving_locked() >= opts_.max_sessions) {
       auto r = problem(429, "open sessions are at the limit (" +
                                 std::to_string(opts_.max_sessions) + ")");
       r.headers.push_back({"Retry-After", "30"});
       return respond(std::move(r));
     }
-    int mine = resolving_by_[who.name];
+    auto pending = resolving_.find(who.name);
+    int mine = pending == resolving_.end() ? 0 : pending->second;
     for (const auto& [sid, open] : sessions_) mine += open.owner == who.name;
     if (mine >= who.max_sessions) {
       auto r = problem(429, "this token's open sessions are at its limit (max_sessions=" +
@@ -134,15 +135,13 @@ void episodes::reset(const std::string& body_text, const token_entry& who, respo
       return respond(std::move(r));
     }
     // Resolving the reference may import a problem (seconds): off the io thread.
-    ++resolving_;
-    ++resolving_by_[who.name];
+    ++resolving_[who.name];
     side_.push_back([this, s, id, respond]() mutable {
       auto t = eval_.resolve_reference(s.reference_code);
       if (!t) {
         {
           std::lock_guard<std::mutex> lock(mu_);
-          --resolving_;
-          --resolving_by_[s.owner];
+          resolved_locked(s.owner);
         }
         return respond(problem(422, "reference_code: " + t.message()));
       }
@@ -164,8 +163,7 @@ void episodes::reset(const std::string& body_text, const token_entry& who, respo
       s.last_active = epoch_seconds();
       {
         std::lock_guard<std::mutex> lock(mu_);
-        --resolving_;
-        --resolving_by_[s.owner];
+        resolved_locked(s.owner);
         if (!sessions_.emplace(id, s).second)
           return respond(problem(409, "episode " + id + " is already open"));
       }
@@ -280,6 +278,17 @@ http_response episodes::state(const std::string& id, const token_entry& who) {
                           {"rewards", s.rewards},
                           {"best_reward", s.rewards.empty() ? json(nullptr) : json(best)},
                           {"done", s.turns >= s.max_turns && !s.stepping}});
+}
+
+int episodes::resolving_locked() const {
+  int n = 0;
+  for (const auto& [owner, k] : resolving_) n += k;
+  return n;
+}
+
+void episodes::resolved_locked(const std::string& owner) {
+  if (auto it = resolving_.find(owner); it != resolving_.end() && --it->second == 0)
+    resolving_.erase(it);
 }
 
 void episodes::close(const std::string& id, const token_entry& who) {

@@ -64,9 +64,11 @@ private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, session> sessions_;
-  int resolving_ = 0; // resets between admission and their session (under mu_)
-  std::map<std::string, int> resolving_by_; // the same, by token name
-  std::deque<std::function<void()>> side_;  // reference resolution (an import takes seconds)
+  // Resets between admission and their session, by token name (under mu_).
+  std::map<std::string, int> resolving_;
+  int resolving_locked() const; // all tokens'
+  void resolved_locked(const std::string& owner);
+  std::deque<std::function<void()>> side_; // reference resolution (an import takes seconds)
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };
