@@ -717,11 +717,11 @@ class InProcess(unittest.TestCase):
             "max_mib": 2048, "max_gflop": 16, "max_ops": 256, "timeout": 600, "no_check": False,
             "jobs": 1, "device": "cpu"}
 
-    def test_device_limits_and_the_size_rule(self):
-        from kernelbench.check import device_limits, size_verdict
+    def test_prepare_device_and_the_size_rule(self):
+        from kernelbench.check import prepare_device, size_verdict
         cpu = dict(self.CONF, max_mib=None, max_gflop=None, jobs=4)
-        self.assertEqual(device_limits(cpu), (2048.0, 2048.0, 16.0))  # per problem, any jobs
-        self.assertEqual(device_limits(dict(cpu, max_mib=100, max_gflop=2)), (100, 100, 2))
+        self.assertEqual(prepare_device(cpu), (2048.0, 2048.0, 16.0))  # per problem, any jobs
+        self.assertEqual(prepare_device(dict(cpu, max_mib=100, max_gflop=2)), (100, 100, 2))
         gib = 2 ** 30
         self.assertEqual(size_verdict(1 * gib, 2048, 8192), "ok")
         self.assertEqual(size_verdict(3 * gib, 2048, 8192), "alone")  # checked after, by itself

@@ -454,8 +454,9 @@ def _shape_failure(bm):
         bm.blockers[0].what == "shape propagation on meta tensors failed"
 
 
-def device_limits(conf):
-    """(share, whole, max_gflop): the MiB a problem may need beside the other jobs, the MiB it may
+def prepare_device(conf):
+    """Makes this worker's device current (on cuda, with TF32 off) and returns its limits:
+    (share, whole, max_gflop), the MiB a problem may need beside the other jobs, the MiB it may
     need alone, and its work cap. As given, else this device's: on cpu 2 GiB either way and 16
     GFLOP (its reference BLAS runs a few GFLOP/s); on cuda no work cap, 90% of the device's memory
     alone and that shared by the jobs beside each other."""
@@ -490,7 +491,7 @@ def worker_main(prob, conf, conn):
            "status": "rejected", "blockers": [], "rewrites": [], "notes": []}
     t0 = time.perf_counter()
     try:
-        share_mib, whole_mib, max_gflop = device_limits(conf)
+        share_mib, whole_mib, max_gflop = prepare_device(conf)
         try:
             try:
                 state, res = map_problem(prob, conf)
@@ -505,16 +506,17 @@ def worker_main(prob, conf, conn):
         except BlockedMany as bm:
             res = bm.res
             raise
+        fits = size_verdict(res["bytes"], share_mib, whole_mib)
         if conf["no_check"]:
             res["status"] = "mappable"
-        elif size_verdict(res["bytes"], share_mib, whole_mib) == "alone":
+        elif fits == "alone":
             res["status"] = "too_large"  # for now: main() checks it again, alone
             res["alone"] = True
             res["blockers"] = [Blocked("too_large", "too large beside other jobs",
                                        f"tensors need {res['bytes'] / 2 ** 20:.0f} MiB, over a "
                                        f"job's share {share_mib:.0f} MiB of {conf['device']}")
                                .as_dict()]
-        elif size_verdict(res["bytes"], share_mib, whole_mib) == "too_large":
+        elif fits == "too_large":
             res["status"] = "too_large"
             res["blockers"] = [Blocked("too_large", "too large to check here",
                                        f"tensors need {res['bytes'] / 2 ** 20:.0f} MiB, over "
