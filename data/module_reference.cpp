@@ -8,6 +8,7 @@
 #include <mutex>
 #include <sstream>
 #include <torch/script.h>
+#include <utility>
 
 namespace kiln {
 
@@ -62,10 +63,12 @@ status find_slots(loaded& l, const std::string& keys_text, const std::vector<std
   return ok();
 }
 
-expected<std::shared_ptr<loaded>> module_for(const std::string& text) {
+// Loaded onto the device of the call: the tensors the task does not give (a BatchNorm's counter,
+// a constant buffer) must live where the inputs do.
+expected<std::shared_ptr<loaded>> module_for(const std::string& text, const c10::Device& device) {
   static std::mutex mu;
-  static std::map<uint64_t, std::shared_ptr<loaded>> cache;
-  uint64_t key = fnv1a64(text);
+  static std::map<std::pair<uint64_t, std::string>, std::shared_ptr<loaded>> cache;
+  auto key = std::make_pair(fnv1a64(text), device.str());
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   auto bytes = base64_decode(text);
@@ -73,7 +76,7 @@ expected<std::shared_ptr<loaded>> module_for(const std::string& text) {
   auto l = std::make_shared<loaded>();
   try {
     std::istringstream in(*bytes);
-    l->module = torch::jit::load(in);
+    l->module = torch::jit::load(in, device);
   } catch (const std::exception& e) {
     std::string what = e.what();
     return error{"attrs.torchscript does not load as a TorchScript module: " +
@@ -87,7 +90,8 @@ expected<std::shared_ptr<loaded>> module_for(const std::string& text) {
 
 expected<std::vector<at::Tensor>> run_module(const op_node& op,
                                              const std::vector<at::Tensor>& args) {
-  auto l = module_for(attr_string(op.attrs, "torchscript", ""));
+  auto device = args.empty() ? c10::Device(c10::kCPU) : args.front().device();
+  auto l = module_for(attr_string(op.attrs, "torchscript", ""), device);
   if (!l) return l.err();
   auto n_inputs = static_cast<std::size_t>(attr_int(op.attrs, "inputs", 0));
   auto keys = attr_words(op.attrs, "state_dict");

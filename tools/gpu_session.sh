@@ -8,7 +8,7 @@
 #        executor_tests |
 #        bench_learner |
 #        validate | baselines | baselines_only | eval | eval_dirs | run | bench_pool | sources |
-#        import_tests | import_cuda | modelnew | modelnew_baselines | modelnew_examples | kernelbench_timing |
+#        import_tests | import_cuda | import_module | modelnew | modelnew_baselines | modelnew_examples | kernelbench_timing |
 #        seccomp_probe
 # KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_RUN_CONFIG is the run step's
 # config (default configs/cuda.toml); KILN_BASELINES names a baselines file
@@ -119,6 +119,29 @@ step_import_cuda() {
     --jobs "${KILN_IMPORT_JOBS:-8}" --timeout 240 --report "$d/import.json" > "$d/import.log" 2>&1
   local rc=$?
   tail -n 30 "$d/import.log"
+  return $rc
+}
+# The problems spec v1 cannot say, at KernelBench's sizes on the device: level 3 imported (each
+# such problem as its own Model, op pytorch_module), those tasks' torch.compile baselines, and the
+# problem's Model submitted as ModelNew against the module reference through the pool.
+step_import_module() {
+  local kb="${KILN_KB:-.kb/KernelBench}" d="$out/kb_module"
+  rm -rf "$d" && mkdir -p "$d/module_tasks"
+  "$bin" tasks import "$kb"/level3 --device cuda --out "$d/tasks" --jobs "${KILN_IMPORT_JOBS:-8}" \
+    --timeout 240 --report "$d/import.json" > "$d/import.log" 2>&1
+  tail -n 12 "$d/import.log"
+  grep -l 'op = "pytorch_module"' "$d"/tasks/level3/*.toml | xargs -r cp -t "$d/module_tasks"
+  ls "$d/module_tasks"
+  python3 tools/torch_baselines.py --device cuda --kiln "$bin" --suite "$d/module_tasks" --jobs 4 \
+    --time-cap-ms 1000 --out "$d/baselines.json" --report "$d/baselines.report.json" \
+    > "$d/baselines.log" 2>&1
+  tail -n 8 "$d/baselines.log"
+  python3 tools/modelnew_from_model.py "$d/module_tasks" --out "$d/subs" &&
+    "$bin" eval --backend cuda --policy "sources:$d/subs" --suite "$d/module_tasks" \
+      --compile-workers 12 --baselines "$d/baselines.json" --json "$d/eval.json" \
+      > "$d/eval.log" 2>&1
+  local rc=$?
+  tail -n 25 "$d/eval.log"
   return $rc
 }
 # KernelBench's way in on cuda: the hand-written problems imported on this machine, each problem's

@@ -446,12 +446,28 @@ def describe_init(t, rec):
     return ("other", f"nn.init.{name}", f"nn.init.{name}({extra})")
 
 
+_SAME_VALUES = ("clone", "detach", "__get__", "contiguous")
+
+
+def _same_values_source(t, rec, depth=0):
+    """The tensor t copies its values from, through clone / detach / .data / contiguous."""
+    how = rec.derived.get(id(t))
+    if how is None or how[2] != t._version or depth > 8 or how[0] not in _SAME_VALUES:
+        return t
+    tensors = [a for a in how[1] if isinstance(a, torch.Tensor)]
+    return _same_values_source(tensors[0], rec, depth + 1) if tensors else t
+
+
 def derived_param_init(t, rec):
     """nn.Parameter(expression of a draw): the draw and its modifiers as ('uniform', lo, hi) /
     ('normal', mean, std), or ('other', ...)."""
     data = rec.param_data.get(id(t))
     if data is None and id(t) in rec.derived:  # a buffer: register_buffer keeps the tensor itself
         data = (t, rec.derived[id(t)][2])
+    if data is not None and data[1] == t._version:
+        src = _same_values_source(data[0], rec)
+        if src is not data[0] and rec.lookup(src) is not None:
+            return describe_init(src, rec)  # a clone of an init (a deep-copied layer): its draw
     if data is None or data[1] != t._version:
         return ("other", "expression", "made by an expression, not a torch factory or nn.init "
                 "call (e.g. torch.randn(...) * 0.02)")

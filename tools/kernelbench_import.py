@@ -1,9 +1,19 @@
 #!/usr/bin/env python3
-"""Import KernelBench problems as Kiln task spec v1 files, exactly or not at all (issue #15).
+"""Import KernelBench problems as Kiln tasks: spec v1 op graphs where spec v1 says a problem
+exactly, else the problem's own Model as the reference (op pytorch_module); or refused, with the
+reason.
 
     /usr/bin/python3 tools/kernelbench_import.py PATH... --out DIR [--scale-batch F]
         [--report OUT.json] [--kiln BIN] [--allow-degenerate] [--jobs N] [--level N]
-        [--device cpu|cuda[:N]] [--max-mib M] [--timeout S] [--threads T] [--no-check]
+        [--device cpu|cuda[:N]] [--max-mib M] [--timeout S] [--threads T]
+        [--form auto|spec|module] [--no-check]
+
+--form auto (the default): a problem spec v1 cannot say (its blockers below, kept in the report
+as `not_spec_v1`) is written as a task whose reference is its own Model, traced to TorchScript
+with its params left as placeholders (tools/kernelbench/module_form.py; docs/DESIGN.md, op
+pytorch_module), and checked the same way. The report's `form` says which (spec_v1 |
+pytorch_module); the summary counts the module ones. --form spec: spec v1 or refused; --form
+module: every problem as its Model.
 
 PATH is a KernelBench problem file (`class Model(nn.Module)`, `get_inputs()`, `get_init_inputs()`,
 module-level sizes), a folder of them (searched recursively; KernelBench's layout: the level comes
@@ -83,7 +93,8 @@ import torch_baselines  # noqa: E402,F401  (first: exits with a message when tor
 
 import torch  # noqa: E402
 
-from kernelbench.check import KILN_MAX_OPS, worker_main  # noqa: E402
+from kernelbench.check import KILN_MAX_OPS  # noqa: E402
+from kernelbench.worker import FORMS, worker_main  # noqa: E402
 from kernelbench.problems import UsageError, assign_names, load_problems  # noqa: E402
 
 # Re-exported: tests/tools/test_kernelbench_import.py imports this script as a module.
@@ -149,6 +160,13 @@ def out_of_memory(res):
     return res["status"] == "rejected" and re.search(r"out of memory(?!\?)", said.lower())
 
 
+def _first_what(res):
+    why = res.get("not_spec_v1") or [{"kind": "?", "what": "?"}]
+    if why[0]["kind"] == "form":
+        return why[0]["what"]
+    return "spec v1 cannot say " + why[0]["what"] + (f" +{len(why) - 1}" if len(why) > 1 else "")
+
+
 def _failed(prob, kind, detail):
     return {"source": prob["source"], "name": prob["name"], "level": prob["level"],
             "status": "rejected", "blockers": [{"kind": kind, "what": kind, "detail": detail}],
@@ -185,6 +203,8 @@ def summarize(results):
                                                  "degenerate_flagged": 0})
         lv["problems"] += 1
         lv[r["status"]] += 1
+        if r["status"] == "imported" and r.get("form") == "pytorch_module":
+            lv["as_module"] = lv.get("as_module", 0) + 1
         if r.get("degenerate"):
             lv["degenerate_flagged"] += 1
         if r["status"] == "rejected":
@@ -229,6 +249,10 @@ def parse_args(argv):
                         "too_large")
     p.add_argument("--timeout", type=float, default=900.0, metavar="S",
                    help="seconds per problem")
+    p.add_argument("--form", choices=FORMS, default="auto",
+                   help="auto: spec v1 when it says the problem exactly, else the problem's own "
+                        "Model as the reference (op pytorch_module); spec: spec v1 only; module: "
+                        "every problem as its Model (default: %(default)s)")
     p.add_argument("--no-check", action="store_true",
                    help="map only (dry run): no kiln, nothing written")
     a = p.parse_args(argv)
@@ -266,7 +290,7 @@ def main(argv):
     probs = load_problems(args.paths, args.level)
     assign_names(probs)
     conf = {"scale_batch": args.scale_batch, "kiln": args.kiln, "threads": args.threads,
-            "device": args.device,
+            "device": args.device, "form": args.form,
             "allow_degenerate": args.allow_degenerate, "max_mib": args.max_mib,
             "max_gflop": args.max_gflop, "max_ops": args.max_ops,
             "timeout": args.timeout, "no_check": args.no_check, "jobs": args.jobs}
@@ -284,7 +308,9 @@ def main(argv):
         count[0] += 1
         line = f"[{count[0]:>{len(str(total))}}/{total}] {probs[i]['source']}: {res['status']}"
         if res["status"] in ("imported", "mappable"):
-            line += f" as {res['name']} ({res.get('ops')} ops)"
+            line += (f" as {res['name']} (its Model, traced: {_first_what(res)})"
+                     if res.get("form") == "pytorch_module"
+                     else f" as {res['name']} ({res.get('ops')} ops)")
         if res.get("degenerate"):
             line += f"; degenerate: {res['degenerate'][0]}"
         if res["blockers"]:
@@ -339,11 +365,12 @@ def main(argv):
 
 
 def print_summary(levels, missing, shapes_check):
-    print("level  problems  imported  degenerate  rejected  too_large  mappable")
+    print("level  problems  imported  (as module)  degenerate  rejected  too_large  mappable")
     for lv in sorted(levels):
         s = levels[lv]
-        print(f"{lv:>5}  {s['problems']:>8}  {s['imported']:>8}  {s['degenerate']:>10}  "
-              f"{s['rejected']:>8}  {s['too_large']:>9}  {s['mappable']:>8}")
+        print(f"{lv:>5}  {s['problems']:>8}  {s['imported']:>8}  {s.get('as_module', 0):>11}  "
+              f"{s['degenerate']:>10}  {s['rejected']:>8}  {s['too_large']:>9}  "
+              f"{s['mappable']:>8}")
         if s["rejected_by_kind"]:
             print("       rejected by kind: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(s["rejected_by_kind"].items(),

@@ -497,6 +497,96 @@ if __name__ == "__main__":
 
 RESERVED = {"torch", "F", "math", "rms_norm", "forward", "list", "range"}
 
+# A pytorch_module task's forward: the problem's own Model, from its [kernelbench] table, built
+# once per device, its tensors made to share the task's params (`.data`, nothing copied; set again
+# only when other tensors come) before each call. Not functional_call: an RNN keeps its own list of
+# its weights, which torch 1.13's functional_call does not update.
+MODULE_KB = '''
+
+KB_SOURCE = {source!r}
+KB_INIT_INPUTS = {init!r}
+KB_FORWARD = {forward!r}  # Model.forward's arguments: a task input's name, or a value
+KB_BOOL_INPUTS = {bools!r}
+KB_KEYS = {keys!r}  # each param argument's state_dict key in the Model
+KB_OUTPUTS = {index!r}  # the task's outputs: positions in the Model's flattened output
+_MODELS = {{}}
+
+
+def model_on(device):
+    """The problem's Model on `device`, built once, and its tensors by KB_KEYS."""
+    key = str(device)
+    if key not in _MODELS:
+        ns = {{"__name__": "kiln_problem_" + NAME}}
+        exec(compile(KB_SOURCE, "<kernelbench problem " + NAME + ">", "exec"), ns)
+        torch.manual_seed(0)
+        model = ns["Model"](*KB_INIT_INPUTS).to(device)
+        held = model.state_dict(keep_vars=True)
+        _MODELS[key] = (model, [held[k] for k in KB_KEYS])
+    return _MODELS[key]
+
+
+def _bind(held, given):
+    for t, g in zip(held, given):
+        if t.data_ptr() != g.data_ptr() or t.shape != g.shape:
+            t.data = g
+
+
+if hasattr(torch, "_dynamo"):  # torch.compile: binding is Python bookkeeping, not graph work
+    _bind = torch._dynamo.disable(_bind)
+
+
+def _flat(y):
+    if isinstance(y, (tuple, list)):
+        return [t for e in y for t in _flat(e)]
+    return [y]
+
+
+def forward({{sig}}):
+    given = dict(zip({input_names!r}, [{input_idents}]))
+    args = [a["value"] if "value" in a else
+            given[a["input"]].bool() if a["input"] in KB_BOOL_INPUTS else given[a["input"]]
+            for a in KB_FORWARD]
+    model, held = model_on({first}.device)
+    _bind(held, [{param_idents}])
+    ys = _flat(model(*args))
+    return tuple(ys[i].contiguous() for i in KB_OUTPUTS)
+'''
+
+
+def module_forward(spec, ops, ident, input_names, param_shapes):
+    """MODULE_KB for a task whose ops are pytorch_module ones (one per output, same module and
+    args); TaskError names what the task lacks."""
+    kb = spec.get("kernelbench")
+    if not isinstance(kb, dict) or not isinstance(kb.get("source"), str):
+        raise TaskError("kernelbench: a pytorch_module task needs its [kernelbench] table (source, "
+                        "init_inputs, forward, state_dict)")
+    first = ops[0]
+    n = first.get("attrs", {}).get("inputs")
+    args = first.get("args", [])
+    if not isinstance(n, int) or not isinstance(args, list) or not 0 < n <= len(args):
+        raise TaskError("ops[0] (pytorch_module): attrs.inputs must count the leading args")
+    if any(op.get("args") != args for op in ops):
+        raise TaskError("ops: every pytorch_module op must take the same args")
+    if args[:n] != input_names:
+        raise TaskError(f"ops[0].args: the first {n} must be the task's inputs in order")
+    by_name = kb.get("state_dict", {})
+    keys = []
+    for a in args[n:]:
+        if a not in param_shapes or a not in by_name:
+            raise TaskError(f"ops[0].args: '{a}' is not a param with a [kernelbench].state_dict "
+                            "key")
+        keys.append(by_name[a])
+    index = [op.get("attrs", {}).get("output", 0) for op in ops]
+    if len(ops) != len(spec.get("outputs", [])) or [op.get("out") for op in ops] != \
+            spec.get("outputs"):
+        raise TaskError("outputs: one pytorch_module op per output, in order")
+    return MODULE_KB.format(source=kb["source"], init=kb.get("init_inputs", []),
+                            forward=kb.get("forward", []), bools=kb.get("bool_inputs", []),
+                            keys=keys, index=index, input_names=input_names,
+                            input_idents=", ".join(ident[x] for x in input_names),
+                            param_idents=", ".join(ident[a] for a in args[n:]),
+                            first=ident[input_names[0]])
+
 
 def _decl(d, spec, where, is_param, params):
     """One [[inputs]] / [[params]] entry as the dict draw_all() reads (task_parse.cpp rules)."""
@@ -566,14 +656,20 @@ def generate(task):
 
         for d in inputs + params:
             define(d["name"])
+        ops = spec.get("ops", [])
+        if ops and all(isinstance(op, dict) and op.get("op") == "pytorch_module" for op in ops):
+            kb_src = module_forward(spec, ops, ident, [d["name"] for d in inputs], param_shapes)
+            outs = spec.get("outputs", [])
+        else:
+            kb_src = None
         body, index_values, uses_rms = [], set(), False
-        for i, op in enumerate(spec.get("ops", [])):
+        for i, op in enumerate([] if kb_src else ops):
             opname = op.get("op") if isinstance(op, dict) else None
             where = f"ops[{i}] ({opname} -> '{op.get('out') if isinstance(op, dict) else None}')"
             try:
                 if opname == "pytorch_module":
-                    raise TaskError("a PyTorch-module reference (its Model traced): no op graph "
-                                    "to translate; this tool does not time such tasks yet")
+                    raise TaskError("a PyTorch-module reference must be the task's only kind "
+                                    "of op")
                 if opname not in OPS:
                     raise TaskError(f"op: unknown op '{opname}' (not in Kiln's op vocabulary v1)")
                 family, sd, lo, hi, kinds, required = OPS[opname]
@@ -605,12 +701,14 @@ def generate(task):
             except TaskError as e:
                 raise TaskError(f"{where}: {e}") from None
         outs = spec.get("outputs", [])
-        if not outs or any(o not in ident or o in param_shapes or o in [d["name"] for d in inputs]
-                           for o in outs):
+        if kb_src is None and (not outs or any(
+                o not in ident or o in param_shapes or o in [d["name"] for d in inputs]
+                for o in outs)):
             raise TaskError(f"outputs: {outs!r} must name op results")
         # reference.cpp run_reference(): outputs in the task dtype (int64 for indices), contiguous
-        rets = [ident[o] + ("" if dtype == "float32" or o in index_values else ".to(DTYPE)")
-                + ".contiguous()" for o in outs]
+        rets = [] if kb_src else [
+            ident[o] + ("" if dtype == "float32" or o in index_values else ".to(DTYPE)")
+            + ".contiguous()" for o in outs]
     except TaskError as e:
         raise TaskError(f"{task['origin']}: task '{name}': {e}") from None
     except (AttributeError, TypeError, ValueError) as e:  # malformed structure Kiln would reject
@@ -623,8 +721,11 @@ def generate(task):
                              index_outputs=sorted(index_values & set(outs)))
     src += "INPUTS = " + decls(inputs) + "PARAMS = " + decls(params) + f"OUTPUTS = {outs!r}\n"
     src += MODULE_DRAW + (MODULE_RMS if uses_rms else "")
-    src += f"\n\ndef forward({sig}):\n" + "\n".join(body)
-    src += f"\n    return ({', '.join(rets)},)\n" + MODULE_MAIN
+    if kb_src:
+        src += kb_src.replace("{sig}", sig) + MODULE_MAIN
+    else:
+        src += f"\n\ndef forward({sig}):\n" + "\n".join(body)
+        src += f"\n    return ({', '.join(rets)},)\n" + MODULE_MAIN
     return src, (atol, rtol)
 
 

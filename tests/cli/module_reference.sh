@@ -9,11 +9,11 @@ set -euo pipefail
 kiln="$1" python="$2" src="$3" work="$4"
 data="$src/tests/data/module"
 rm -rf "$work" && mkdir -p "$work"
-"$kiln" tasks validate "$data/lstm_module.toml" > "$work/validate.log" 2>&1 ||
+"$kiln" tasks validate "$data/level3/kb_l3_lstm_module.toml" > "$work/validate.log" 2>&1 ||
   { cat "$work/validate.log"; exit 1; }
 grep -q "1 ok, 0 bad" "$work/validate.log" || { cat "$work/validate.log"; exit 1; }
 "$kiln" eval --policy expert --policy "sources:$data/subs" --policy "sources:$data/subs_wrong" \
-  --suite "$data/lstm_module.toml" --cache-dir "$work/cache" --json "$work/eval.json" \
+  --suite "$data/level3/kb_l3_lstm_module.toml" --cache-dir "$work/cache" --json "$work/eval.json" \
   > "$work/eval.log" 2>&1 || { cat "$work/eval.log"; exit 1; }
 tail -n 8 "$work/eval.log"
 "$python" - "$work/eval.json" <<'PY'

@@ -11,7 +11,7 @@ using namespace kiln;
 namespace {
 
 task lstm_task() {
-  auto set = load_tasks({KILN_SOURCE_DIR "/tests/data/module/lstm_module.toml"});
+  auto set = load_tasks({KILN_SOURCE_DIR "/tests/data/module/level3/kb_l3_lstm_module.toml"});
   REQUIRE(set.errors.empty());
   REQUIRE(set.tasks.size() == 1);
   return set.tasks[0];

@@ -65,7 +65,8 @@ def params_of(spec):
 
 @unittest.skipIf(ki is None, f"needs torch: {TORCH_ERROR}")
 class MainRun(unittest.TestCase):
-    """One importer run over every hand-written problem (levels 1-4), with the numerical check."""
+    """One importer run over every hand-written problem (levels 1-4), with the numerical check, in
+    spec v1 only (--form spec: what spec v1 says and refuses; ModuleForm has the other form)."""
 
     @classmethod
     def setUpClass(cls):
@@ -76,7 +77,7 @@ class MainRun(unittest.TestCase):
         cls.report_path = os.path.join(cls.tmp, "report.json")
         cls.proc = run_tool(*[os.path.join(DATA, f"level{n}") for n in (1, 2, 3, 4)],
                             "--out", cls.out, "--report", cls.report_path, "--kiln", KILN,
-                            "--jobs", "2", "--scale-batch", "0.25")
+                            "--jobs", "2", "--scale-batch", "0.25", "--form", "spec")
         with open(cls.report_path) as f:
             cls.report = json.load(f)
         cls.p = by_stem(cls.report)
@@ -711,14 +712,123 @@ class SmallRuns(unittest.TestCase):
             self.assertIn(msg, proc.stderr, args)
 
 
+MODULE_DATA = os.path.join(ROOT, "tests", "data", "module")
+
+
+@unittest.skipIf(ki is None, f"needs torch: {TORCH_ERROR}")
+class ModuleForm(unittest.TestCase):
+    """Problems spec v1 cannot say, imported as their own Model (op pytorch_module), or refused
+    with the reason; --form picks the form."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not HAVE_KILN:
+            raise unittest.SkipTest(f"no kiln binary at {KILN} (set KILN=...)")
+        cls.tmp = tempfile.mkdtemp(prefix="kb_module_test_")
+        cls.out = os.path.join(cls.tmp, "out")
+        report = os.path.join(cls.tmp, "report.json")
+        cls.proc = run_tool(os.path.join(MODULE_DATA, "problems"),
+                            os.path.join(MODULE_DATA, "level3", "lstm_module.py"),
+                            "--out", cls.out, "--report", report, "--kiln", KILN, "--jobs", "2")
+        with open(report) as f:
+            cls.report = json.load(f)
+        cls.p = by_stem(cls.report)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def task(self, stem):
+        p = self.p[stem]
+        self.assertEqual((p["status"], p["form"]), ("imported", "pytorch_module"),
+                         f"{stem}: {p['blockers']}")
+        with open(p["out"], "rb") as f:
+            return p, tomllib.load(f)
+
+    def test_an_lstm_is_its_own_model_checked_against_kiln(self):
+        self.assertEqual(self.proc.returncode, 0, self.proc.stderr[-2000:])
+        p, spec = self.task("lstm_module")
+        self.assertEqual(p["check"], "ok")
+        self.assertIn(("missing_op", "nn.LSTM"),
+                      {(b["kind"], b["what"]) for b in p["not_spec_v1"]})
+        self.assertIn("its Model, traced: spec v1 cannot say nn.LSTM", self.proc.stderr)
+        self.assertEqual([d["name"] for d in spec["inputs"]], ["x", "h0", "c0"])
+        (op,) = spec["ops"]
+        self.assertEqual(op["op"], "pytorch_module")
+        keys = op["attrs"]["state_dict"].split()
+        self.assertEqual(keys[0], "m.lstm.weight_ih_l0")
+        self.assertEqual(op["args"][:3], ["x", "h0", "c0"])
+        self.assertEqual(len(op["args"]), 3 + len(keys))
+        kb = spec["kernelbench"]
+        self.assertEqual(kb["state_dict"]["fc_bias"], "fc.bias")  # loaded by the Model's key
+        self.assertEqual(params_of(spec)["fc_bias"]["init"], "bias_uniform")
+        # weights are not in the file: 0-dim placeholders, a few KB of TorchScript
+        self.assertLess(p["torchscript_bytes"], 40000)
+        self.assertIn("as module", self.proc.stdout)
+
+    def test_nested_outputs_are_flattened_in_order(self):
+        p, spec = self.task("lstm_nested_outputs")
+        self.assertEqual(spec["outputs"], ["y0", "y1", "y2"])
+        self.assertEqual([o["attrs"]["output"] for o in spec["ops"]], [0, 1, 2])
+        self.assertEqual([o["attrs"]["shape"] for o in spec["ops"]],
+                         [[4, 6, 12], [1, 4, 12], [1, 4, 12]])
+
+    def test_random_forward_and_random_attribute_are_refused(self):
+        p = self.p["dropout_in_training"]
+        self.assertEqual((p["status"], p["form"]), ("rejected", "pytorch_module"))
+        self.assertEqual([b["kind"] for b in p["blockers"]], ["random"])
+        self.assertIn("dropout", p["blockers"][0]["detail"])
+        p = self.p["random_hidden_attribute"]
+        self.assertEqual(p["status"], "rejected")
+        self.assertIn("Model.h0 differs between two builds", p["blockers"][0]["detail"])
+        self.assertNotIn("out", p)
+        p = self.p["value_dependent_branch"]  # right on the example only
+        self.assertEqual(p["status"], "rejected")
+        self.assertEqual(p["blockers"][0]["what"], "torch.jit.trace does not follow the Model")
+
+    def test_constant_tensors_stay_in_the_module(self):
+        p, spec = self.task("constant_attribute")
+        self.assertNotIn("gate", spec["kernelbench"]["state_dict"].values())
+        self.assertIn("gate", spec["kernelbench"]["model_keys"])
+        self.assertTrue(any("kept in the module" in n and "gate" in n for n in p["notes"]))
+
+    def test_torch_baselines_run_the_model_on_kilns_draws(self):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "torch_baselines.py"),
+                               "--fidelity-only", "--device", "cpu", "--threads", "2",
+                               "--kiln", KILN, "--suite", self.out],
+                              capture_output=True, text=True, timeout=600)
+        self.assertEqual(proc.returncode, 0, proc.stdout[-2000:] + proc.stderr[-2000:])
+        self.assertIn("3 tasks: fidelity 3 ok, 0 mismatch, 0 error", proc.stdout)
+
+    def test_form_flag(self):
+        out = os.path.join(self.tmp, "forms")
+        lstm = os.path.join(MODULE_DATA, "level3", "lstm_module.py")
+        relu = os.path.join(DATA, "level1", "inputs_and_constants.py")  # non-tensor arguments too
+        path = os.path.join(self.tmp, "forms.json")
+        proc = run_tool(lstm, "--form", "spec", "--out", out, "--report", path, "--kiln", KILN)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+        with open(path) as f:
+            (p,) = json.load(f)["problems"]
+        self.assertEqual((p["status"], p["form"]), ("rejected", "spec_v1"))
+        proc = run_tool(relu, "--form", "module", "--out", out, "--report", path, "--kiln", KILN)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+        with open(path) as f:
+            (p,) = json.load(f)["problems"]
+        self.assertEqual((p["status"], p["form"]), ("imported", "pytorch_module"), p["blockers"])
+        self.assertEqual(p["not_spec_v1"][0]["what"], "--form module")
+        bad = run_tool(relu, "--form", "graph", "--no-check")
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--form", bad.stderr)
+
+
 @unittest.skipIf(ki is None, f"needs torch: {TORCH_ERROR}")
 class InProcess(unittest.TestCase):
     CONF = {"scale_batch": 1.0, "kiln": KILN, "threads": 2, "allow_degenerate": False,
             "max_mib": 2048, "max_gflop": 16, "max_ops": 256, "timeout": 600, "no_check": False,
-            "jobs": 1, "device": "cpu"}
+            "jobs": 1, "device": "cpu", "form": "auto"}
 
     def test_prepare_device_and_the_size_rule(self):
-        from kernelbench.check import prepare_device, size_verdict
+        from kernelbench.worker import prepare_device, size_verdict
         cpu = dict(self.CONF, max_mib=None, max_gflop=None, jobs=4)
         self.assertEqual(prepare_device(cpu), (2048.0, 2048.0, 16.0))  # per problem, any jobs
         self.assertEqual(prepare_device(dict(cpu, max_mib=100, max_gflop=2)), (100, 100, 2))

@@ -315,7 +315,8 @@ def check_problem(state, res, conf, tmp):
     dev = torch.device(conf["device"])
     model, _ = build_model(state["ns"], state["init_items"], meta=False)
     model.to(dev)
-    gm = rebind(state["gm"], model, state["items"], dev)
+    # spec v1: the traced GraphModule too (what was mapped); a pytorch_module task: the Model only
+    gm = state["gm"] and rebind(state["gm"], model, state["items"], dev)
     real = {}
     for d in spec["params"]:
         if d["name"] in state["param_paths"]:
@@ -348,13 +349,15 @@ def check_problem(state, res, conf, tmp):
                    for n in state["tensor_names"]]
         outs = {}
         t0 = time.perf_counter()
-        for who, fn in (("Model", lambda: model(*_model_args(state, tensors))),
-                        ("traced GraphModule", lambda: gm(*[x.clone() for x in tensors]))):
+        runs = [("Model", lambda: model(*_model_args(state, tensors)))]
+        if gm is not None:
+            runs.append(("traced GraphModule", lambda: gm(*[x.clone() for x in tensors])))
+        for who, fn in runs:
             try:
                 y = fn()
             except Exception as e:
                 raise Blocked("check", f"the {who} fails on Kiln's tensors", _short(e))
-            ys = list(y) if isinstance(y, (list, tuple)) else [y]
+            ys = flat_outputs(y)
             if len(ys) != len(dig["outputs"]):
                 raise Blocked("check", "output count differs",
                               f"{who} {len(ys)}, Kiln {len(dig['outputs'])}")
@@ -368,7 +371,8 @@ def check_problem(state, res, conf, tmp):
             outs[who] = ys
         res["torch_s"] = round(time.perf_counter() - t0, 2)
         res["check"] = "ok"
-        del outs["traced GraphModule"], gm, params  # device memory for the float64 forward
+        outs.pop("traced GraphModule", None)
+        del gm, params  # device memory for the float64 forward
         tol = float32_tolerance(model, state, tensors, outs["Model"], (atol, rtol), res)
         if tol is not None:
             spec["tolerance"] = {"atol": tol, "rtol": tol}
@@ -396,8 +400,7 @@ def float32_tolerance(model, state, tensors, ys32, default, res):
     finally:
         torch.set_default_dtype(saved)
     worst, where = 0.0, None
-    for name, a, b in zip(state["spec"]["outputs"], ys32,
-                          list(y) if isinstance(y, (list, tuple)) else [y]):
+    for name, a, b in zip(state["spec"]["outputs"], ys32, flat_outputs(y)):
         if name in state["index"] or not a.is_floating_point():
             continue
         need = (2 * (a.double() - b).abs() / (1 + b.abs())).max().item() if a.numel() else 0.0
@@ -414,6 +417,14 @@ def float32_tolerance(model, state, tensors, ys32, default, res):
                       detail + "; a float32 program needs twice that, past 1e-2")
     res["rewrites"].append(f"tolerance 1e-4 -> {tol:g}: {detail}")
     return tol
+
+
+def flat_outputs(y):
+    """A forward's outputs as a list, nested tuples and lists flattened in order (a spec v1 task's
+    outputs are the top level; a pytorch_module task's are the flattened ones)."""
+    if isinstance(y, (list, tuple)):
+        return [t for e in y for t in flat_outputs(e)]
+    return [y]
 
 
 def _resolve(root, path):
@@ -447,104 +458,3 @@ def degeneracy(spec, outs, inputs, atol, rtol, row, index):
                 flags.append(f"output '{name}': copying input '{iname}' passes (the task is "
                              "the identity on these inputs)")
     return flags
-
-
-def _shape_failure(bm):
-    return len(bm.blockers) == 1 and bm.blockers[0].kind == "load" and \
-        bm.blockers[0].what == "shape propagation on meta tensors failed"
-
-
-def prepare_device(conf):
-    """Makes this worker's device current (on cuda, with TF32 off) and returns its limits:
-    (share, whole, max_gflop), the MiB a problem may need beside the other jobs, the MiB it may
-    need alone, and its work cap. As given, else this device's: on cpu 2 GiB either way and 16
-    GFLOP (its reference BLAS runs a few GFLOP/s); on cuda no work cap, 90% of the device's memory
-    alone and that shared by the jobs beside each other."""
-    max_mib, max_gflop = conf["max_mib"], conf["max_gflop"]
-    whole = max_mib
-    dev = torch.device(conf["device"])
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-        # The task's reference is exact float32 (data/reference.cpp turns TF32 off): so is this.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        if max_mib is None:
-            whole = 0.9 * torch.cuda.get_device_properties(dev).total_memory / 2 ** 20
-            max_mib = whole / conf["jobs"]
-        if max_gflop is None:
-            max_gflop = math.inf
-    max_mib = 2048.0 if max_mib is None else max_mib
-    return max_mib, (max_mib if whole is None else whole), (16.0 if max_gflop is None else max_gflop)
-
-
-def size_verdict(need_bytes, share_mib, whole_mib):
-    """"ok" within the share, "alone" past it but within what the device holds for one problem
-    (checked after the others, by itself), else "too_large"."""
-    mib = need_bytes / 2 ** 20
-    return "ok" if mib <= share_mib else "alone" if mib <= whole_mib else "too_large"
-
-
-def worker_main(prob, conf, conn):
-    """One problem in its own process; sends the result dict."""
-    torch.set_num_threads(conf["threads"])
-    res = {"source": prob["source"], "name": prob["name"], "level": prob["level"],
-           "status": "rejected", "blockers": [], "rewrites": [], "notes": []}
-    t0 = time.perf_counter()
-    try:
-        share_mib, whole_mib, max_gflop = prepare_device(conf)
-        try:
-            try:
-                state, res = map_problem(prob, conf)
-            except BlockedMany as bm:
-                if conf["scale_batch"] == 1 or not _shape_failure(bm):
-                    raise
-                # KernelBench's hinge loss uses batch_size as a feature size too: scaled, its own
-                # shapes disagree. Map it at its own sizes (then checked, or too_large, as those say).
-                state, res = map_problem(prob, dict(conf, scale_batch=1))
-                res["notes"].append(f"at --scale-batch {conf['scale_batch']:g} its shapes "
-                                    f"disagree ({bm.blockers[0].detail}): sizes as given")
-        except BlockedMany as bm:
-            res = bm.res
-            raise
-        fits = size_verdict(res["bytes"], share_mib, whole_mib)
-        if conf["no_check"]:
-            res["status"] = "mappable"
-        elif fits == "alone":
-            res["status"] = "too_large"  # for now: main() checks it again, alone
-            res["alone"] = True
-            res["blockers"] = [Blocked("too_large", "too large beside other jobs",
-                                       f"tensors need {res['bytes'] / 2 ** 20:.0f} MiB, over a "
-                                       f"job's share {share_mib:.0f} MiB of {conf['device']}")
-                               .as_dict()]
-        elif fits == "too_large":
-            res["status"] = "too_large"
-            res["blockers"] = [Blocked("too_large", "too large to check here",
-                                       f"tensors need {res['bytes'] / 2 ** 20:.0f} MiB, over "
-                                       f"--max-mib {whole_mib:.0f} on {conf['device']}").as_dict()]
-        elif res["blas_gflop"] > max_gflop:
-            res["status"] = "too_large"
-            res["blockers"] = [Blocked("too_large", "too slow to check here",
-                                       f"linear / matmul / bmm need {res['blas_gflop']:.1f} "
-                                       f"GFLOP per forward, over --max-gflop "
-                                       f"{max_gflop:g} on {conf['device']} (--device cuda "
-                                       "has no such cap)").as_dict()]
-        else:
-            with tempfile.TemporaryDirectory(prefix="kiln_kb_") as tmp:
-                flags = check_problem(state, res, conf, tmp)
-            res["degenerate"] = flags
-            res["status"] = "degenerate" if flags and not conf["allow_degenerate"] \
-                else "imported"
-            res["toml"] = to_toml(state["spec"])
-        res["name"] = state["spec"]["name"]
-        res["level"] = state["spec"]["level"]
-    except BlockedMany as bm:
-        res["blockers"] = [b.as_dict() for b in bm.blockers]
-    except Blocked as b:
-        res["blockers"] = res.get("blockers", []) + [b.as_dict()]
-        res["status"] = "rejected"
-    except Exception as e:
-        res["blockers"] = [{"kind": "internal", "what": "importer error", "detail": _short(e)}]
-        res["traceback"] = traceback.format_exc()
-    res["seconds"] = round(time.perf_counter() - t0, 2)
-    conn.send(res)
-    conn.close()

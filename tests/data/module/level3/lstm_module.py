@@ -1,0 +1,28 @@
+# A small KernelBench-style LSTM problem (an op spec v1 cannot say): the importer writes it as
+# a task whose reference is this Model (op pytorch_module). tests/data/module/README.md
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, input_size, hidden_size, num_layers, output_size):
+        super().__init__()
+        self.lstm = nn.LSTM(input_size, hidden_size, num_layers, batch_first=True)
+        self.fc = nn.Linear(hidden_size, output_size)
+
+    def forward(self, x, h0, c0):
+        out, _ = self.lstm(x, (h0, c0))
+        return self.fc(out[:, -1, :])
+
+
+batch_size, seq, input_size, hidden_size, num_layers, output_size = 8, 12, 32, 48, 2, 16
+
+
+def get_inputs():
+    return [torch.randn(batch_size, seq, input_size),
+            torch.randn(num_layers, batch_size, hidden_size),
+            torch.randn(num_layers, batch_size, hidden_size)]
+
+
+def get_init_inputs():
+    return [input_size, hidden_size, num_layers, output_size]

@@ -1,0 +1,286 @@
+"""The PyTorch-module form: a problem spec v1 cannot say, as a task whose reference is the problem's
+own Model (op pytorch_module), traced to TorchScript with the task's params left as placeholders.
+
+problem -> Model built twice (seeds 0, 1) -> params: the state_dict tensors Kiln can draw (those it
+cannot must be the same on both builds: a submission's Model makes them itself) -> torch.jit.trace
+-> the task (one pytorch_module op per output) -> check_problem() as for spec v1, against the Model.
+"""
+import base64
+import copy
+import io
+import warnings
+
+import torch
+import torch.nn as nn
+
+from kernelbench_draws import INPUT_KEYS, Blocked, Recorder, input_init
+
+from .check import build_model, describe_all, flat_outputs, kernelbench_table
+from .mapper import Mapper
+from .problems import _short, exec_problem, short_source
+from .tracing import make_wrapper
+from .values import ParamRef
+
+PREFIX = "m."  # the traced wrapper holds the Model as `m`: its state_dict keys are "m.<key>"
+
+
+def flatten(y):
+    """The Model's output as a flat list of tensors (tuples and lists in order), or Blocked."""
+    ys = flat_outputs(y)
+    for k, t in enumerate(ys):
+        if not isinstance(t, torch.Tensor):
+            raise Blocked("module", "forward returns something other than tensors",
+                          f"output {k} is {type(t).__name__}")
+    return ys
+
+
+def flat_wrapper(model, items):
+    """A module whose forward takes get_inputs()'s tensors (the other items bound as constants)
+    and returns the Model's outputs flattened: what torch.jit.trace can record."""
+    slots = [None if isinstance(x, torch.Tensor) else x for x in items]
+
+    class Flat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, *tensors):
+            it = iter(tensors)
+            return tuple(flat_outputs(self.m(*[next(it) if s is None else s for s in slots])))
+
+    return Flat()
+
+
+def _tensor_attrs(model):
+    """Tensors a module holds outside its state_dict (non-persistent buffers, plain attributes):
+    torch.jit.trace bakes them in, so they must not be random."""
+    out = {}
+    keys = set(model.state_dict().keys())
+    for mname, mod in model.named_modules():
+        for k, v in list(mod._buffers.items()) + [(k, v) for k, v in vars(mod).items()
+                                                   if isinstance(v, torch.Tensor)]:
+            path = f"{mname}.{k}" if mname else k
+            if isinstance(v, torch.Tensor) and path not in keys:
+                out[path] = v
+    return out
+
+
+def _same(a, b):
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a.cpu(), b.cpu()))
+
+
+def _sibling_weight(key, state):
+    """`X.bias` -> the ParamRef of `X.weight` (bias_uniform's `of`), if the module has one."""
+    if not key.endswith(".bias") and key != "bias":
+        return None
+    w = key[:-len("bias")] + "weight"
+    t = state.get(w)
+    return ParamRef(w, t) if t is not None and t.dim() >= 2 else None
+
+
+def declare_params(model, twin, inits, input_names):
+    """Task params for the Model's float32 state_dict tensors. Returns (Mapper with the params,
+    [(state_dict key, param name)], notes). A tensor Kiln cannot draw is left in the module if it
+    is the same on both builds (a constant, a buffer computed from sizes); a random one refuses."""
+    m = Mapper(None, {}, inits, "")
+    m.names.update(input_names)
+    state = model.state_dict(keep_vars=True)
+    other = twin.state_dict()
+    pairs, kept = [], []
+    for key, t in state.items():
+        if t.dtype != torch.float32:
+            kept.append(key)  # a BatchNorm's counter and the like: as the Model makes it
+            continue
+        try:
+            name = m.declare_param(ParamRef(key, t, _sibling_weight(key, state))).name
+        except Blocked as b:
+            if not _same(t, other[key]):
+                raise Blocked(b.kind, b.what, f"{b.detail}; it is random, so a submission's "
+                              "Model could not make the same")
+            kept.append(key)
+            continue
+        pairs.append((key, name))
+    twin_attrs = _tensor_attrs(twin)
+    for path, t in _tensor_attrs(model).items():
+        if path in twin_attrs and not _same(t, twin_attrs[path]):
+            raise Blocked("init", "a random tensor outside the state_dict",
+                          f"Model.{path} differs between two builds and is no param a task can "
+                          "give (a non-persistent buffer or a plain attribute)")
+    notes = [f"kept in the module as the Model makes them: {', '.join(kept[:6])}"
+             + (f" (+{len(kept) - 6})" if len(kept) > 6 else "")] if kept else []
+    return m, pairs, notes
+
+
+def trace_module(model, items, tensors, device):
+    """TorchScript of the flat wrapper, traced on `device`; warnings torch.jit gives are kept."""
+    wrapper = flat_wrapper(copy.deepcopy(model).to(device), items)
+    args = tuple(x.to(device) for x in tensors)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.no_grad():
+                traced = torch.jit.trace(wrapper, args, check_trace=False)
+        except Exception as e:
+            raise Blocked("module", "torch.jit.trace fails on the Model", _short(e))
+    said = sorted({str(w.message).split("\n")[0][:160] for w in caught
+                   if issubclass(w.category, torch.jit.TracerWarning)})
+    return traced, said
+
+
+OTHER_INPUTS = 4  # other inputs the trace is compared on
+
+
+def other_input(x, decl, gen):
+    """Another input in x's domain: a fresh draw by its task init where that is a plain affine
+    draw, else x's own values shuffled."""
+    plain = decl.get("init") in ("uniform", "normal") and not decl.get("random_scale") and \
+        decl.get("structure", "none") == "none" and x.dtype == torch.float32
+    if not plain:
+        return x.flatten()[torch.randperm(x.numel(), generator=gen).to(x.device)].view_as(x)
+    draw = torch.rand if decl["init"] == "uniform" else torch.randn
+    y = draw(x.shape, generator=gen) * decl.get("scale", 1.0) + decl.get("shift", 0.0)
+    return y.to(x.device)
+
+
+def follows_the_model(traced, model, items, example, decls):
+    """The traced module against the Model on inputs other than the example it was traced with,
+    so that control flow which depends on values (a branch tracing recorded one way) refuses the
+    problem here rather than giving a reference that is right only on the example."""
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for k in range(OTHER_INPUTS):
+            xs = [other_input(x, d, gen) for x, d in zip(example, decls)]
+            want = flatten(model(*_bind(items, xs)))
+            got = list(traced(*xs))
+            for j, (a, b) in enumerate(zip(want, got)):
+                if a.shape != b.shape or not torch.allclose(a, b, atol=1e-4, rtol=1e-4,
+                                                            equal_nan=True):
+                    raise Blocked("module", "torch.jit.trace does not follow the Model",
+                                  f"on other inputs ({k + 1} of {OTHER_INPUTS}) the traced "
+                                  f"output {j} differs from the Model's: control flow that "
+                                  "depends on values, which a trace records one way")
+
+
+def blob_with_placeholders(traced, keys, device):
+    """The TorchScript in base64, each task param a 0-dim placeholder (the task's draws take its
+    place at every call), so the file holds no weights."""
+    held = dict(list(traced.named_parameters()) + list(traced.named_buffers()))
+    for k in keys:
+        t = held[PREFIX + k]
+        t.data = torch.zeros((), dtype=t.dtype, device=device).expand(t.shape)
+    buf = io.BytesIO()
+    torch.jit.save(traced, buf)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def map_module(prob, conf, why):
+    """The problem as a pytorch_module task. `why`: the spec v1 blockers (the reason for this
+    form). Returns (state, res) as map_problem does; raises Blocked."""
+    res = {"source": prob["source"], "name": prob["name"], "level": prob["level"] or 3,
+           "status": "rejected", "blockers": [], "rewrites": [], "notes": [],
+           "form": "pytorch_module", "not_spec_v1": why}
+    ns, scaling, source = exec_problem(prob["code"], prob["source"], conf["scale_batch"])
+    res["scaling"] = scaling
+    try:
+        init_items = list(ns["get_init_inputs"]())
+        with Recorder(meta=True) as irec:
+            meta_items = list(ns["get_inputs"]())
+        torch.manual_seed(0)
+        items = list(ns["get_inputs"]())
+    except Exception as e:
+        raise Blocked("load", "get_inputs() / get_init_inputs() fail here", _short(e))
+    tensor_pos = [i for i, x in enumerate(items) if isinstance(x, torch.Tensor)]
+    if not tensor_pos:
+        raise Blocked("format", "get_inputs() returns no tensor")
+    try:
+        model, prec = build_model(ns, init_items, meta=False)
+        torch.manual_seed(1)
+        with Recorder(meta=False, inits=True):
+            twin = ns["Model"](*copy.deepcopy(init_items))
+    except Exception as e:
+        raise Blocked("load", "Model(*get_init_inputs()) fails here", _short(e))
+    names = make_wrapper(model, items)[1]  # forward's own argument names
+    inputs, bool_inputs = [], set()
+    for name, i in zip(names, tensor_pos):
+        d = input_init(meta_items[i], irec, f"input {i} ('{name}')")
+        if "rewrite" in d:
+            raise Blocked("input", "an input drawn by an expression",
+                          f"input {i}: {d['rewrite']}")
+        if meta_items[i].dtype == torch.bool:
+            bool_inputs.add(name)
+        inputs.append(dict(name=name, shape=list(meta_items[i].shape), **d))
+    m, pairs, notes = declare_params(model, twin, describe_all(model, prec), names)
+    res["notes"] += notes
+    device = torch.device(conf["device"])
+    tensors = [items[i].float() if items[i].dtype == torch.bool else items[i] for i in tensor_pos]
+    example = [x.bool() if n in bool_inputs else x for n, x in zip(names, tensors)]
+    with torch.no_grad():
+        model.to(device)
+        args = [x.to(device) for x in example]
+        try:
+            ys = flatten(model(*_bind(items, args)))
+            again = flatten(model(*_bind(items, args)))
+        except Blocked:
+            raise
+        except Exception as e:
+            raise Blocked("load", "Model.forward fails here", _short(e))
+    for k, (a, b) in enumerate(zip(ys, again)):
+        if not a.is_floating_point() or a.dtype != torch.float32:
+            raise Blocked("module", "an output that is not float32", f"output {k} is {a.dtype}")
+        if not torch.allclose(a, b, atol=1e-5, rtol=1e-5, equal_nan=True):
+            raise Blocked("random", "forward is not deterministic",
+                          f"output {k} differs between two calls on the same inputs (dropout "
+                          "in training mode or another random op): no reference can check it")
+    traced, said = trace_module(model.cpu(), items, example, device)
+    if said:
+        res["notes"].append("torch.jit.trace warned: " + "; ".join(said[:2]))
+    follows_the_model(traced, model.to(device), items, [x.to(device) for x in example], inputs)
+    keys = [k for k, _ in pairs]
+    blob = blob_with_placeholders(traced, keys, device)
+    outs = [f"y{k}" for k in range(len(ys))] if len(ys) > 1 else ["y"]
+    arg_names = names + [n for _, n in pairs]
+    ops = [{"out": o, "op": "pytorch_module", "args": arg_names,
+            "attrs": {"inputs": len(names), "state_dict": " ".join(PREFIX + k for k in keys),
+                      "output": k, "shape": list(y.shape), "torchscript": blob}}
+           for k, (o, y) in enumerate(zip(outs, ys))]
+    level = prob["level"] or 3
+    desc = (f"KernelBench {short_source(prob['source'])}; its own Model is the reference "
+            f"(traced to TorchScript), since spec v1 cannot say it: "
+            + "; ".join(f"{b['what']}" for b in why[:3]))
+    if scaling.get("batch_size"):
+        b = scaling["batch_size"]
+        desc += f"; batch_size {b['from']} -> {b['to']} (--scale-batch {conf['scale_batch']:g})"
+    params = m.params
+    param_paths = dict((n, k) for k, n in pairs)
+    kb, kb_blockers = kernelbench_table(source, init_items, items, names, bool_inputs, params,
+                                        param_paths, model)
+    if kb_blockers:
+        raise kb_blockers[0]
+    spec = {"name": prob["name"], "level": level, "dtype": "float32", "description": desc,
+            "outputs": outs, "inputs": [{k: v for k, v in d.items() if k in INPUT_KEYS}
+                                        for d in inputs],
+            "params": params, "ops": ops, "kernelbench": kb}
+    res["ops"] = len(ops)
+    res["level"] = level
+    res["torchscript_bytes"] = len(blob) * 3 // 4
+    nbytes = sum(4 * _numel(d["shape"]) for d in spec["inputs"] + params)
+    res["bytes"] = nbytes + sum(y.numel() * 4 for y in ys)
+    res["peak_bytes"] = res["bytes"]
+    res["blas_gflop"] = 0.0
+    res["shapes"] = {"inputs": [d["shape"] for d in inputs], "outputs": [list(y.shape) for y in ys]}
+    state = {"bool_inputs": bool_inputs, "spec": spec, "ns": ns, "init_items": init_items,
+             "items": items, "gm": None, "tensor_names": names, "param_paths": param_paths,
+             "const_params": {}, "index": set()}
+    return state, res
+
+
+def _bind(items, tensors):
+    it = iter(tensors)
+    return [next(it) if isinstance(x, torch.Tensor) else x for x in items]
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n

@@ -1,0 +1,170 @@
+"""One problem in its own process: the device's limits, the form the task takes (spec v1, else
+the problem's own Model as a pytorch_module reference), the size rule and the numerical check.
+
+prob -> map (spec v1 | pytorch_module) -> size verdict -> check_problem() -> result dict (+ TOML)
+"""
+import math
+import tempfile
+import time
+import traceback
+
+import torch
+
+from kernelbench_draws import Blocked
+
+from .check import BlockedMany, check_problem, map_problem
+from .module_form import map_module
+from .problems import _short
+from .toml_out import to_toml
+
+FORMS = ("auto", "spec", "module")  # --form: spec v1 else module | spec v1 only | module only
+# Blocker kinds no other form can help with: the problem itself does not run or is random.
+FINAL_KINDS = ("level", "format", "random")
+
+
+def prepare_device(conf):
+    """Makes this worker's device current (on cuda, with TF32 off) and returns its limits:
+    (share, whole, max_gflop), the MiB a problem may need beside the other jobs, the MiB it may
+    need alone, and its work cap. As given, else this device's: on cpu 2 GiB either way and 16
+    GFLOP (its reference BLAS runs a few GFLOP/s); on cuda no work cap, 90% of the device's memory
+    alone and that shared by the jobs beside each other."""
+    max_mib, max_gflop = conf["max_mib"], conf["max_gflop"]
+    whole = max_mib
+    dev = torch.device(conf["device"])
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+        # The task's reference is exact float32 (data/reference.cpp turns TF32 off): so is this.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        if max_mib is None:
+            whole = 0.9 * torch.cuda.get_device_properties(dev).total_memory / 2 ** 20
+            max_mib = whole / conf["jobs"]
+        if max_gflop is None:
+            max_gflop = math.inf
+    max_mib = 2048.0 if max_mib is None else max_mib
+    return max_mib, (max_mib if whole is None else whole), (16.0 if max_gflop is None else max_gflop)
+
+
+def size_verdict(need_bytes, share_mib, whole_mib):
+    """"ok" within the share, "alone" past it but within what the device holds for one problem
+    (checked after the others, by itself), else "too_large"."""
+    mib = need_bytes / 2 ** 20
+    return "ok" if mib <= share_mib else "alone" if mib <= whole_mib else "too_large"
+
+
+def _shape_failure(bm):
+    return len(bm.blockers) == 1 and bm.blockers[0].kind == "load" and \
+        bm.blockers[0].what == "shape propagation on meta tensors failed"
+
+
+def map_spec(prob, conf):
+    """map_problem(), and at --scale-batch < 1 once more at the problem's own sizes when scaling
+    broke its shapes."""
+    try:
+        return map_problem(prob, conf)
+    except BlockedMany as bm:
+        if conf["scale_batch"] == 1 or not _shape_failure(bm):
+            raise
+        # KernelBench's hinge loss uses batch_size as a feature size too: scaled, its own shapes
+        # disagree. Map it at its own sizes (then checked, or too_large, as those say).
+        state, res = map_problem(prob, dict(conf, scale_batch=1))
+        res["notes"].append(f"at --scale-batch {conf['scale_batch']:g} its shapes disagree "
+                            f"({bm.blockers[0].detail}): sizes as given")
+        return state, res
+
+
+def check_sized(state, res, conf, limits):
+    """The size rule, then the numerical check: sets res["status"] (and res["toml"])."""
+    share_mib, whole_mib, max_gflop = limits
+    fits = size_verdict(res["bytes"], share_mib, whole_mib)
+    if conf["no_check"]:
+        res["status"] = "mappable"
+    elif fits == "alone":
+        res["status"] = "too_large"  # for now: main() checks it again, alone
+        res["alone"] = True
+        res["blockers"] = [Blocked("too_large", "too large beside other jobs",
+                                   f"tensors need {res['bytes'] / 2 ** 20:.0f} MiB, over a "
+                                   f"job's share {share_mib:.0f} MiB of {conf['device']}")
+                           .as_dict()]
+    elif fits == "too_large":
+        res["status"] = "too_large"
+        res["blockers"] = [Blocked("too_large", "too large to check here",
+                                   f"tensors need {res['bytes'] / 2 ** 20:.0f} MiB, over "
+                                   f"--max-mib {whole_mib:.0f} on {conf['device']}").as_dict()]
+    elif res["blas_gflop"] > max_gflop:
+        res["status"] = "too_large"
+        res["blockers"] = [Blocked("too_large", "too slow to check here",
+                                   f"linear / matmul / bmm need {res['blas_gflop']:.1f} GFLOP per "
+                                   f"forward, over --max-gflop {max_gflop:g} on {conf['device']} "
+                                   "(--device cuda has no such cap)").as_dict()]
+    else:
+        with tempfile.TemporaryDirectory(prefix="kiln_kb_") as tmp:
+            flags = check_problem(state, res, conf, tmp)
+        res["degenerate"] = flags
+        res["status"] = "degenerate" if flags and not conf["allow_degenerate"] else "imported"
+        res["toml"] = to_toml(state["spec"])
+    res["name"] = state["spec"]["name"]
+    res["level"] = state["spec"]["level"]
+
+
+def _attempt(fn, res):
+    """Runs fn() -> (state, res); on Blocked returns (None, res with the blockers, rejected)."""
+    try:
+        return fn()
+    except BlockedMany as bm:
+        out = bm.res
+        out["blockers"] = [b.as_dict() for b in bm.blockers]
+    except Blocked as b:
+        out = dict(res)
+        out["blockers"] = res.get("blockers", []) + [b.as_dict()]
+    out["status"] = "rejected"
+    return None, out
+
+
+def _run_form(mapper, conf, limits, res):
+    state, res = _attempt(mapper, res)
+    if state is None:
+        return res
+    try:
+        check_sized(state, res, conf, limits)
+    except Blocked as b:
+        res["blockers"] = res.get("blockers", []) + [b.as_dict()]
+        res["status"] = "rejected"
+    return res
+
+
+def import_problem(prob, conf, limits):
+    """The problem as a task: spec v1 when it can say it exactly (unless --form module), else
+    (unless --form spec) its own Model as the reference; the result says which form and why."""
+    base = {"source": prob["source"], "name": prob["name"], "level": prob["level"],
+            "status": "rejected", "blockers": [], "rewrites": [], "notes": []}
+    why = []
+    if conf["form"] != "module":
+        res = _run_form(lambda: map_spec(prob, conf), conf, limits, dict(base))
+        res["form"] = "spec_v1"
+        if res["status"] != "rejected" or conf["form"] == "spec" or \
+                any(b["kind"] in FINAL_KINDS for b in res["blockers"]):
+            return res
+        why = res["blockers"]
+    else:
+        why = [{"kind": "form", "what": "--form module", "detail": "every problem as its Model"}]
+    mod = _run_form(lambda: map_module(prob, conf, why), conf, limits, dict(base))
+    mod["form"] = "pytorch_module"
+    mod["not_spec_v1"] = why
+    return mod
+
+
+def worker_main(prob, conf, conn):
+    """One problem in its own process; sends the result dict."""
+    torch.set_num_threads(conf["threads"])
+    t0 = time.perf_counter()
+    try:
+        res = import_problem(prob, conf, prepare_device(conf))
+    except Exception as e:
+        res = {"source": prob["source"], "name": prob["name"], "level": prob["level"],
+               "status": "rejected", "rewrites": [], "notes": [],
+               "blockers": [{"kind": "internal", "what": "importer error", "detail": _short(e)}],
+               "traceback": traceback.format_exc()}
+    res["seconds"] = round(time.perf_counter() - t0, 2)
+    conn.send(res)
+    conn.close()
