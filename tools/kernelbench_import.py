@@ -44,8 +44,10 @@ tolerance (copying the input passes), or an output within tolerance of zero on m
 elements. Degenerate tasks are reported and not written unless --allow-degenerate.
 
 --scale-batch F (0 < F <= 1) rewrites a module-level `batch_size = EXPR` to max(1, round(EXPR*F))
-before the code runs, so every size derived from it follows; problems without `batch_size` keep
-their sizes (the report says so). --device cuda runs the check (Kiln's reference and PyTorch's,
+before the code runs, so every size derived from it follows. A problem without `batch_size` (the
+matmuls: N = 2048 * 2) has each module-level size computed from literals alone and >= 256 scaled
+by sqrt(F) instead (a matrix's elements by F; a multiple of 8 stays one; a size derived from
+another follows it); the report's scaling and the task's description say what changed. --device cuda runs the check (Kiln's reference and PyTorch's,
 TF32 off) on the GPU, with no work cap, so problems import at KernelBench's own sizes: the jobs
 share 90% of the device's memory, and a problem too large for its share (or that runs out of
 memory beside the others) is checked again alone, with all of it. --max-mib M: a task whose

@@ -889,8 +889,21 @@ class InProcess(unittest.TestCase):
         self.assertEqual(ns["batch_size"], 1)  # never below 1
         code = _read(os.path.join(DATA, "level1", "mostly_zero.py"))
         _, scaling, source = ki.exec_problem(code, "p.py", 0.5)
-        self.assertEqual(scaling["note"], "no module-level batch_size: sizes not scaled")
+        self.assertEqual(scaling["note"], "no module-level batch_size nor a size to scale: "
+                                          "sizes as given")
         self.assertEqual(source, code)
+        # no batch_size: each size computed from literals alone, >= 256, by sqrt(F); one that
+        # follows another (K = N * 2) follows it; small constants (a kernel size) stay
+        code = ("import torch\nN = 2048 * 2\nK = N * 2\nM = 1001\nk = 3\n"
+                "class Model(torch.nn.Module):\n    pass\n"
+                "def get_inputs():\n    return [torch.rand(M, K), torch.rand(K, N)]\n"
+                "def get_init_inputs():\n    return [k]\n")
+        ns, scaling, source = ki.exec_problem(code, "p.py", 1 / 256)
+        # 4096 -> 256, a multiple of 8 as it was; 1001 is not one, so 63 is not rounded
+        self.assertEqual((ns["N"], ns["K"], ns["M"], ns["k"]), (256, 512, 63, 3))
+        self.assertEqual(scaling["sizes"], {"N": {"from": 4096, "to": 256},
+                                            "M": {"from": 1001, "to": 63}})
+        self.assertIn("N = 256\nK = N * 2\nM = 63\n", source)
         ns, scaling, _ = ki.exec_problem(code, "p.py", 1.0)
         self.assertEqual(scaling, {"batch_size": None})
         # an expression, an annotation, non-ASCII before it on its line, CRLF line ends

@@ -15,7 +15,7 @@ import torch_baselines as tb
 from kernelbench_draws import Blocked, INPUT_KEYS, Recorder, describe_init, input_init
 
 from .mapper import Mapper
-from .problems import _short, exec_problem, short_source
+from .problems import _short, describe_scaling, exec_problem, short_source
 from .toml_out import to_toml
 from .tracing import Tracer, blas_gflop, make_wrapper, prune, spec_bytes, spec_peak_bytes
 from .values import T
@@ -176,11 +176,7 @@ def map_problem(prob, conf):
         res["notes"].append(f"level inferred ({level}) from the op count")
         prob["name"] = res["name"] = f"kb_l{level}_" + prob["name"][3:]
     desc = f"KernelBench {short_source(prob['source'])}"
-    if scaling.get("batch_size"):
-        b = scaling["batch_size"]
-        desc += f"; batch_size {b['from']} -> {b['to']} (--scale-batch {conf['scale_batch']:g})"
-    elif conf["scale_batch"] != 1.0:
-        desc += "; sizes as given (no batch_size to scale)"
+    desc += describe_scaling(scaling, conf["scale_batch"])
     desc += f"; imported by tools/kernelbench_import.py (source sha1 {_sha1(prob['code'])[:12]})"
     if m.rewrites:
         desc += "; rewrites: " + "; ".join(m.rewrites)

@@ -17,7 +17,7 @@ from kernelbench_draws import INPUT_KEYS, Blocked, Recorder, input_init
 
 from .check import build_model, describe_all, flat_outputs, kernelbench_table
 from .mapper import Mapper
-from .problems import _short, exec_problem, short_source
+from .problems import _short, describe_scaling, exec_problem, short_source
 from .tracing import make_wrapper
 from .values import ParamRef
 
@@ -247,9 +247,7 @@ def map_module(prob, conf, why):
     desc = (f"KernelBench {short_source(prob['source'])}; its own Model is the reference "
             f"(traced to TorchScript), since spec v1 cannot say it: "
             + "; ".join(f"{b['what']}" for b in why[:3]))
-    if scaling.get("batch_size"):
-        b = scaling["batch_size"]
-        desc += f"; batch_size {b['from']} -> {b['to']} (--scale-batch {conf['scale_batch']:g})"
+    desc += describe_scaling(scaling, conf["scale_batch"])
     params = m.params
     param_paths = dict((n, k) for k, n in pairs)
     kb, kb_blockers = kernelbench_table(source, init_items, items, names, bool_inputs, params,

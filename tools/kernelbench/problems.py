@@ -2,6 +2,7 @@
 import ast
 import builtins
 import json
+import math
 import os
 import re
 
@@ -162,9 +163,18 @@ def exec_problem(code, filename, scale):
                 hits.append((i, node.value))
                 node.value = ast.Call(func=ast.Name("__kiln_scale_batch__", ast.Load()),
                                       args=[node.value], keywords=[])
+        if not hits:  # the sizes themselves, each by sqrt(F) (a matrix's elements by F)
+            for i, node in enumerate(tree.body):
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                        isinstance(node.targets[0], ast.Name) and _size_constant(node.value):
+                    hits.append((i, node.value))
+                    node.value = ast.Call(func=ast.Name("__kiln_scale_size__", ast.Load()),
+                                          args=[ast.Constant(node.targets[0].id), node.value],
+                                          keywords=[])
+            scaling["note"] = ("no module-level batch_size: each module-level size >= "
+                               f"{MIN_SCALED_SIZE} scaled by sqrt(F)" if hits else
+                               "no module-level batch_size nor a size to scale: sizes as given")
         ast.fix_missing_locations(tree)
-        if not hits:
-            scaling["note"] = "no module-level batch_size: sizes not scaled"
 
     def scale_batch(v):
         if isinstance(v, bool) or not isinstance(v, int):
@@ -174,8 +184,17 @@ def exec_problem(code, filename, scale):
         values.append(new)
         return new
 
+    def scale_size(name, v):
+        new = max(1, int(round(v * math.sqrt(scale))))
+        if v % 8 == 0:  # keep what alignment the size had
+            new = max(8, 8 * int(round(new / 8)))
+        scaling.setdefault("sizes", {})[name] = {"from": v, "to": new}
+        values.append(new)
+        return new
+
     ns = {"__name__": "__kernelbench_problem__", "__file__": filename,
-          "__builtins__": builtins, "__kiln_scale_batch__": scale_batch}
+          "__builtins__": builtins, "__kiln_scale_batch__": scale_batch,
+          "__kiln_scale_size__": scale_size}
     try:
         exec(compile(tree, filename, "exec"), ns)
     except Blocked:
@@ -189,6 +208,21 @@ def exec_problem(code, filename, scale):
     if not (isinstance(ns["Model"], type) and issubclass(ns["Model"], nn.Module)):
         raise Blocked("format", "Model is not an nn.Module subclass")
     return ns, scaling, (_as_run(code, hits, values) if hits else code)
+
+
+MIN_SCALED_SIZE = 256  # a module-level int constant this large is a size (not a kernel_size)
+
+
+def _size_constant(node):
+    """A module-level value that is a size to scale: an int >= MIN_SCALED_SIZE computed from
+    literals alone (N = 2048 * 2; not K = N * 2, which follows N)."""
+    if any(isinstance(n, (ast.Name, ast.Call, ast.Attribute)) for n in ast.walk(node)):
+        return False
+    try:
+        v = eval(compile(ast.Expression(node), "<size>", "eval"), {"__builtins__": {}})
+    except Exception:
+        return False
+    return isinstance(v, int) and not isinstance(v, bool) and v >= MIN_SCALED_SIZE
 
 
 def _as_run(code, hits, values):
@@ -213,6 +247,20 @@ def _as_run(code, hits, values):
     if ast.dump(ast.parse(out)) != ast.dump(want):
         raise AssertionError("internal: the scaled source does not parse as the code that ran")
     return out
+
+
+def describe_scaling(scaling, scale):
+    """What --scale-batch did to a problem, for the task's description."""
+    if scaling.get("batch_size"):
+        b = scaling["batch_size"]
+        return f"; batch_size {b['from']} -> {b['to']} (--scale-batch {scale:g})"
+    if scaling.get("sizes"):
+        return "; sizes " + ", ".join(f"{k} {v['from']} -> {v['to']}"
+                                      for k, v in scaling["sizes"].items()) + \
+            f" (--scale-batch {scale:g}: no batch_size, each size by its square root)"
+    if scale != 1.0:
+        return "; sizes as given (no batch_size or size to scale)"
+    return ""
 
 
 def _short(e):
