@@ -904,6 +904,15 @@ class InProcess(unittest.TestCase):
         self.assertEqual(scaling["sizes"], {"N": {"from": 4096, "to": 256},
                                             "M": {"from": 1001, "to": 63}})
         self.assertIn("N = 256\nK = N * 2\nM = 63\n", source)
+        # with a batch_size: its other sizes only when asked (the importer asks when a problem
+        # is still too large to check with its batch scaled)
+        code = code.replace("N = 2048 * 2\n", "N = 2048 * 2\nbatch_size = 512\n")
+        ns, scaling, _ = ki.exec_problem(code, "p.py", 1 / 256)
+        self.assertEqual((ns["batch_size"], ns["N"], "sizes" in scaling), (2, 4096, False))
+        ns, scaling, source = ki.exec_problem(code, "p.py", 1 / 256, sizes_too=True)
+        self.assertEqual((ns["batch_size"], ns["N"], ns["M"]), (2, 256, 63))
+        self.assertIn("N = 256\nbatch_size = 2\n", source)
+        self.assertIn("too large with batch_size scaled", scaling["note"])
         ns, scaling, _ = ki.exec_problem(code, "p.py", 1.0)
         self.assertEqual(scaling, {"batch_size": None})
         # an expression, an annotation, non-ASCII before it on its line, CRLF line ends

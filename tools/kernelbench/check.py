@@ -98,7 +98,8 @@ def map_problem(prob, conf):
     if level is not None and not 1 <= level <= 3:
         raise Blocked("level", f"level {level}", "Kiln's levels are 1, 2 and 3")
     torch.manual_seed(0)
-    ns, scaling, source = exec_problem(prob["code"], prob["source"], conf["scale_batch"])
+    ns, scaling, source = exec_problem(prob["code"], prob["source"], conf["scale_batch"],
+                                       conf.get("scale_sizes", False))
     res["scaling"] = scaling
     if "note" in scaling:
         res["notes"].append(scaling["note"])

@@ -179,7 +179,8 @@ def map_module(prob, conf, why):
     res = {"source": prob["source"], "name": prob["name"], "level": prob["level"] or 3,
            "status": "rejected", "blockers": [], "rewrites": [], "notes": [],
            "form": "pytorch_module", "not_spec_v1": why}
-    ns, scaling, source = exec_problem(prob["code"], prob["source"], conf["scale_batch"])
+    ns, scaling, source = exec_problem(prob["code"], prob["source"], conf["scale_batch"],
+                                       conf.get("scale_sizes", False))
     res["scaling"] = scaling
     try:
         init_items = list(ns["get_init_inputs"]())

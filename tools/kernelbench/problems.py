@@ -10,6 +10,8 @@ import torch.nn as nn
 
 from kernelbench_draws import Blocked
 
+from . import compat
+
 
 class UsageError(Exception):
     """Bad arguments or unreadable input: exit status 2."""
@@ -142,7 +144,7 @@ def assign_names(probs):
 
 # ---------------------------------------------------------------- running a problem's code
 
-def exec_problem(code, filename, scale):
+def exec_problem(code, filename, scale, sizes_too=False):
     """The problem's module namespace, with `batch_size = EXPR` scaled. Returns (ns, scaling,
     source): source is the code as it ran, each scaled `batch_size = EXPR` written as its value
     (the [kernelbench] table keeps it, so that Model(*get_init_inputs()) has the task's sizes)."""
@@ -163,17 +165,24 @@ def exec_problem(code, filename, scale):
                 hits.append((i, node.value))
                 node.value = ast.Call(func=ast.Name("__kiln_scale_batch__", ast.Load()),
                                       args=[node.value], keywords=[])
-        if not hits:  # the sizes themselves, each by sqrt(F) (a matrix's elements by F)
+        batch_hits = len(hits)
+        if not hits or sizes_too:  # the sizes themselves, each by sqrt(F) (a matrix's elements by F)
             for i, node in enumerate(tree.body):
                 if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
-                        isinstance(node.targets[0], ast.Name) and _size_constant(node.value):
+                        isinstance(node.targets[0], ast.Name) and \
+                        node.targets[0].id != "batch_size" and _size_constant(node.value):
                     hits.append((i, node.value))
                     node.value = ast.Call(func=ast.Name("__kiln_scale_size__", ast.Load()),
                                           args=[ast.Constant(node.targets[0].id), node.value],
                                           keywords=[])
-            scaling["note"] = ("no module-level batch_size: each module-level size >= "
-                               f"{MIN_SCALED_SIZE} scaled by sqrt(F)" if hits else
-                               "no module-level batch_size nor a size to scale: sizes as given")
+            if batch_hits:
+                scaling["note"] = ("too large with batch_size scaled: each other module-level "
+                                   f"size >= {MIN_SCALED_SIZE} scaled by sqrt(F) too")
+            else:
+                scaling["note"] = ("no module-level batch_size: each module-level size >= "
+                                   f"{MIN_SCALED_SIZE} scaled by sqrt(F)" if hits else
+                                   "no module-level batch_size nor a size to scale: sizes as "
+                                   "given")
         ast.fix_missing_locations(tree)
 
     def scale_batch(v):
@@ -192,6 +201,7 @@ def exec_problem(code, filename, scale):
         values.append(new)
         return new
 
+    compat.provide()
     ns = {"__name__": "__kernelbench_problem__", "__file__": filename,
           "__builtins__": builtins, "__kiln_scale_batch__": scale_batch,
           "__kiln_scale_size__": scale_size}
@@ -207,6 +217,7 @@ def exec_problem(code, filename, scale):
                           "get_inputs() and get_init_inputs()")
     if not (isinstance(ns["Model"], type) and issubclass(ns["Model"], nn.Module)):
         raise Blocked("format", "Model is not an nn.Module subclass")
+    hits.sort(key=lambda h: h[0])  # values come in the order the statements ran: the body's
     return ns, scaling, (_as_run(code, hits, values) if hits else code)
 
 
@@ -251,16 +262,17 @@ def _as_run(code, hits, values):
 
 def describe_scaling(scaling, scale):
     """What --scale-batch did to a problem, for the task's description."""
+    out = ""
     if scaling.get("batch_size"):
         b = scaling["batch_size"]
-        return f"; batch_size {b['from']} -> {b['to']} (--scale-batch {scale:g})"
+        out = f"; batch_size {b['from']} -> {b['to']} (--scale-batch {scale:g})"
     if scaling.get("sizes"):
-        return "; sizes " + ", ".join(f"{k} {v['from']} -> {v['to']}"
+        out += "; sizes " + ", ".join(f"{k} {v['from']} -> {v['to']}"
                                       for k, v in scaling["sizes"].items()) + \
-            f" (--scale-batch {scale:g}: no batch_size, each size by its square root)"
-    if scale != 1.0:
-        return "; sizes as given (no batch_size or size to scale)"
-    return ""
+            f" (--scale-batch {scale:g}: each size by its square root)"
+    if not out and scale != 1.0:
+        out = "; sizes as given (no batch_size or size to scale)"
+    return out
 
 
 def _short(e):

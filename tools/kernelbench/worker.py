@@ -134,6 +134,18 @@ def _run_form(mapper, conf, limits, res):
 
 
 def import_problem(prob, conf, limits):
+    """import_form(); at --scale-batch < 1, a problem still too large to check with its batch
+    scaled is tried once more with its other sizes scaled too (by sqrt(F))."""
+    res = import_form(prob, conf, limits)
+    if res["status"] == "too_large" and not res.get("alone") and conf["scale_batch"] < 1 and \
+            (res.get("scaling") or {}).get("batch_size"):
+        again = import_form(prob, dict(conf, scale_sizes=True), limits)
+        if again["status"] != "too_large":
+            return again
+    return res
+
+
+def import_form(prob, conf, limits):
     """The problem as a task: spec v1 when it can say it exactly (unless --form module), else
     (unless --form spec) its own Model as the reference; the result says which form and why."""
     base = {"source": prob["source"], "name": prob["name"], "level": prob["level"],
