@@ -166,7 +166,8 @@ attr_value parse_attr(const json& j, const std::string& at) {
 std::string parse_kernelbench(const json& kb, const task& t) {
   const std::string at = "kernelbench";
   check_keys(kb, at,
-             {"source", "init_inputs", "forward", "bool_inputs", "state_dict", "model_keys"});
+             {"source", "init_inputs", "forward", "bool_inputs", "int64_inputs", "state_dict",
+              "model_keys"});
   str(need(kb, "source", at), at + ".source");
   if (!need(kb, "init_inputs", at).is_array()) fail(at + ".init_inputs", "expected an array");
   auto is_input = [&](const std::string& n) {
@@ -183,9 +184,10 @@ std::string parse_kernelbench(const json& kb, const task& t) {
     if (fwd[i].contains("input") && !is_input(str(fwd[i]["input"], here + ".input")))
       fail(here + ".input", "'" + fwd[i]["input"].get<std::string>() + "' is not an input");
   }
-  if (kb.contains("bool_inputs"))
-    for (const auto& n : strings(kb["bool_inputs"], at + ".bool_inputs"))
-      if (!is_input(n)) fail(at + ".bool_inputs", "'" + n + "' is not an input");
+  for (const char* key : {"bool_inputs", "int64_inputs"}) // drawn as float, given as that type
+    if (kb.contains(key))
+      for (const auto& n : strings(kb[key], at + "." + key))
+        if (!is_input(n)) fail(at + "." + key, "'" + n + "' is not an input");
   const auto& sd = need(kb, "state_dict", at);
   if (!sd.is_object()) fail(at + ".state_dict", "expected a table");
   for (auto it = sd.begin(); it != sd.end(); ++it) {

@@ -127,8 +127,12 @@ def _kiln_load(bundle, inputs, params, outputs, status_addr, status_len):
         for a in kb["forward"]:
             if "input" in a:
                 v = views[a["input"]]
-                args.append((lambda v=v: v != 0) if a["input"] in kb.get("bool_inputs", [])
-                            else (lambda v=v: v))
+                if a["input"] in kb.get("bool_inputs", []):
+                    args.append(lambda v=v: v != 0)
+                elif a["input"] in kb.get("int64_inputs", []):  # class indices, drawn as floats
+                    args.append(lambda v=v: v.long())
+                else:
+                    args.append(lambda v=v: v)
             else:
                 args.append(lambda value=a["value"]: value)
         outs = [_view(a, d["shape"], torch.int64 if d["dtype"] == "int64" else torch.float32)

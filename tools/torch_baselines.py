@@ -507,6 +507,7 @@ KB_SOURCE = {source!r}
 KB_INIT_INPUTS = {init!r}
 KB_FORWARD = {forward!r}  # Model.forward's arguments: a task input's name, or a value
 KB_BOOL_INPUTS = {bools!r}
+KB_INT64_INPUTS = {ints!r}  # drawn as floats, given to the Model as int64 (class indices)
 KB_KEYS = {keys!r}  # each param argument's state_dict key in the Model
 KB_OUTPUTS = {index!r}  # the task's outputs: positions in the Model's flattened output
 _MODELS = {{}}
@@ -544,7 +545,8 @@ def _flat(y):
 def forward({{sig}}):
     given = dict(zip({input_names!r}, [{input_idents}]))
     args = [a["value"] if "value" in a else
-            given[a["input"]].bool() if a["input"] in KB_BOOL_INPUTS else given[a["input"]]
+            given[a["input"]].bool() if a["input"] in KB_BOOL_INPUTS else
+            given[a["input"]].long() if a["input"] in KB_INT64_INPUTS else given[a["input"]]
             for a in KB_FORWARD]
     model, held = model_on({first}.device)
     _bind(held, [{param_idents}])
@@ -582,6 +584,7 @@ def module_forward(spec, ops, ident, input_names, param_shapes):
         raise TaskError("outputs: one pytorch_module op per output, in order")
     return MODULE_KB.format(source=kb["source"], init=kb.get("init_inputs", []),
                             forward=kb.get("forward", []), bools=kb.get("bool_inputs", []),
+                            ints=kb.get("int64_inputs", []),
                             keys=keys, index=index, input_names=input_names,
                             input_idents=", ".join(ident[x] for x in input_names),
                             param_idents=", ".join(ident[a] for a in args[n:]),

@@ -272,4 +272,8 @@ model_keys = ["gemm.weight", "gemm.bias"]
         std::string::npos);
   CHECK(err(R"({ value = 0.5 })", R"({ value = 0.5, input = "x" })")
             .find("expected exactly one of input, value") != std::string::npos);
+  // inputs drawn as float and given to the Model as int64 (class indices): inputs by name
+  REQUIRE(task_from_toml(replace(kb, "bool_inputs = []", R"(int64_inputs = ["x"])"), "kb.toml"));
+  CHECK(err("bool_inputs = []", R"(int64_inputs = ["nope"])")
+            .find("kernelbench.int64_inputs: 'nope' is not an input") != std::string::npos);
 }

@@ -4,8 +4,9 @@
 KernelBench's style (the Model's source, "write ModelNew"), answered with a ModelNew module in the
 last ```python block (a ```cpp block after it is not taken), built and judged by the pool. One
 task passes on turn 1; its *_fix copy is wrong on turn 1, and the outcome fed back leads to a
-correct turn 2. Three tasks whose reference is the problem's own Model (op pytorch_module: an
-LSTM, a GRU, a level-3 attention network) pass on turn 1. The answer format is in the eval JSON. Usage: test_llm_kernelbench.py KILN"""
+correct turn 2. Four tasks whose reference is the problem's own Model (op pytorch_module: an
+LSTM, a GRU, a level-3 attention network, a loss over int64 class indices and a bool mask) pass on
+turn 1. The answer format is in the eval JSON. Usage: test_llm_kernelbench.py KILN"""
 import json
 import os
 import shutil
@@ -43,7 +44,9 @@ def main():
         imp = subprocess.run([kiln, "tasks", "import", "--out", os.path.join(tmp, "tasks"),
                               os.path.join(data, "module", "level3", "lstm_module.py"),
                               os.path.join(data, "module", "problems", "level3",
-                                           "constant_attribute.py")],
+                                           "constant_attribute.py"),
+                              os.path.join(data, "module", "problems", "level2",
+                                           "int64_and_bool_inputs.py")],
                              capture_output=True, text=True, timeout=600)
         assert imp.returncode == 0, imp.stdout[-3000:] + imp.stderr[-3000:]
         res = mock_openai.kiln_eval(
@@ -60,7 +63,8 @@ def main():
         assert r["answer_format"] == "kernelbench", r
         assert r["outcome"] == "correct", r
     assert one["turns"] == 1 and fix["turns"] == 2, (one["turns"], fix["turns"])
-    for name in ("kb_l3_attention_block", "kb_l3_lstm_module", "kb_l3_constant_attribute"):
+    for name in ("kb_l3_attention_block", "kb_l3_lstm_module", "kb_l3_constant_attribute",
+                 "kb_l2_int64_and_bool_inputs"):
         r = rows[name]
         assert r["outcome"] == "correct" and r["turns"] == 1, (name, r)
     print("ok: the same against tasks whose reference is the problem's own Model")

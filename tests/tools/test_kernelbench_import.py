@@ -799,6 +799,14 @@ class ModuleForm(unittest.TestCase):
         self.assertEqual(p["status"], "rejected")
         self.assertEqual(p["blockers"][0]["what"], "torch.jit.trace does not follow the Model")
 
+    def test_int64_and_bool_inputs_drawn_as_floats_given_as_their_type(self):
+        p, spec = self.task("int64_and_bool_inputs")
+        inits = {d["name"]: d["init"] for d in spec["inputs"]}
+        self.assertEqual(inits, {"x": "normal", "mask": "randint:0:2", "targets": "randint:0:10"})
+        kb = spec["kernelbench"]
+        self.assertEqual((kb["bool_inputs"], kb["int64_inputs"]), (["mask"], ["targets"]))
+        self.assertEqual(p["check"], "ok")  # Kiln's module reference casts as the Model takes
+
     def test_constant_tensors_stay_in_the_module(self):
         p, spec = self.task("constant_attribute")
         self.assertNotIn("gate", spec["kernelbench"]["state_dict"].values())
@@ -811,7 +819,7 @@ class ModuleForm(unittest.TestCase):
                                "--kiln", KILN, "--suite", self.out],
                               capture_output=True, text=True, timeout=600)
         self.assertEqual(proc.returncode, 0, proc.stdout[-2000:] + proc.stderr[-2000:])
-        self.assertIn("3 tasks: fidelity 3 ok, 0 mismatch, 0 error", proc.stdout)
+        self.assertIn("4 tasks: fidelity 4 ok, 0 mismatch, 0 error", proc.stdout)
 
     def test_form_flag(self):
         out = os.path.join(self.tmp, "forms")

@@ -342,7 +342,8 @@ def check_problem(state, res, conf, tmp):
                 real[d["name"]].data.copy_(v)
         by_name = dict(zip([d["name"] for d in spec["inputs"]], inputs))
         # bool masks were drawn by Kiln as float 0 / 1 (bool_mask_init): bool again for PyTorch
-        tensors = [by_name[n].bool() if n in state["bool_inputs"] else by_name[n]
+        tensors = [by_name[n].bool() if n in state["bool_inputs"] else
+                   by_name[n].long() if n in state.get("int64_inputs", ()) else by_name[n]
                    for n in state["tensor_names"]]
         outs = {}
         t0 = time.perf_counter()

@@ -13,7 +13,7 @@ import warnings
 import torch
 import torch.nn as nn
 
-from kernelbench_draws import INPUT_KEYS, Blocked, Recorder, input_init
+from kernelbench_draws import INPUT_KEYS, Blocked, Recorder, factory_init, input_init
 
 from .check import build_model, describe_all, flat_outputs, kernelbench_table
 from .mapper import Mapper
@@ -34,10 +34,25 @@ def flatten(y):
     return ys
 
 
-def flat_wrapper(model, items):
-    """A module whose forward takes get_inputs()'s tensors (the other items bound as constants)
-    and returns the Model's outputs flattened: what torch.jit.trace can record."""
-    slots = [None if isinstance(x, torch.Tensor) else x for x in items]
+def model_args(items, tensors, casts):
+    """Model.forward's arguments: get_inputs()'s items with its tensors replaced by `tensors`
+    (float32, as Kiln draws every input), each cast to what the Model takes (casts[k]: None, bool
+    or int64)."""
+    it = iter(zip(tensors, casts))
+    out = []
+    for x in items:
+        if not isinstance(x, torch.Tensor):
+            out.append(x)
+            continue
+        t, cast = next(it)
+        out.append(t if cast is None else t != 0 if cast == torch.bool else t.to(cast))
+    return out
+
+
+def flat_wrapper(model, items, casts):
+    """A module whose forward takes get_inputs()'s tensors as Kiln gives them (float32; the other
+    items bound as constants), casts them as the Model takes them and returns its outputs
+    flattened: what torch.jit.trace can record."""
 
     class Flat(nn.Module):
         def __init__(self):
@@ -45,8 +60,7 @@ def flat_wrapper(model, items):
             self.m = model
 
         def forward(self, *tensors):
-            it = iter(tensors)
-            return tuple(flat_outputs(self.m(*[next(it) if s is None else s for s in slots])))
+            return tuple(flat_outputs(self.m(*model_args(items, tensors, casts))))
 
     return Flat()
 
@@ -111,9 +125,9 @@ def declare_params(model, twin, inits, input_names):
     return m, pairs, notes
 
 
-def trace_module(model, items, tensors, device):
+def trace_module(model, items, tensors, casts, device):
     """TorchScript of the flat wrapper, traced on `device`; warnings torch.jit gives are kept."""
-    wrapper = flat_wrapper(copy.deepcopy(model).to(device), items)
+    wrapper = flat_wrapper(copy.deepcopy(model).to(device), items, casts)
     args = tuple(x.to(device) for x in tensors)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -142,7 +156,7 @@ def other_input(x, decl, gen):
     return y.to(x.device)
 
 
-def follows_the_model(traced, model, items, example, decls):
+def follows_the_model(traced, model, items, example, casts, decls):
     """The traced module against the Model on inputs other than the example it was traced with,
     so that control flow which depends on values (a branch tracing recorded one way) refuses the
     problem here rather than giving a reference that is right only on the example."""
@@ -150,7 +164,7 @@ def follows_the_model(traced, model, items, example, decls):
     with torch.no_grad():
         for k in range(OTHER_INPUTS):
             xs = [other_input(x, d, gen) for x, d in zip(example, decls)]
-            want = flatten(model(*_bind(items, xs)))
+            want = flatten(model(*model_args(items, xs, casts)))
             got = list(traced(*xs))
             for j, (a, b) in enumerate(zip(want, got)):
                 if a.shape != b.shape or not torch.allclose(a, b, atol=1e-4, rtol=1e-4,
@@ -201,26 +215,30 @@ def map_module(prob, conf, why):
     except Exception as e:
         raise Blocked("load", "Model(*get_init_inputs()) fails here", _short(e))
     names = make_wrapper(model, items)[1]  # forward's own argument names
-    inputs, bool_inputs = [], set()
+    inputs, casts = [], []
     for name, i in zip(names, tensor_pos):
-        d = input_init(meta_items[i], irec, f"input {i} ('{name}')")
-        if "rewrite" in d:
-            raise Blocked("input", "an input drawn by an expression",
-                          f"input {i}: {d['rewrite']}")
-        if meta_items[i].dtype == torch.bool:
-            bool_inputs.add(name)
-        inputs.append(dict(name=name, shape=list(meta_items[i].shape), **d))
+        t, where = meta_items[i], f"input {i} ('{name}')"
+        if t.dtype == torch.int64:  # class indices: drawn by randint (as floats), given as int64
+            d = factory_init(t, irec.lookup(t), irec, where)
+            if not d["init"].startswith("randint:"):
+                raise Blocked("input", "an int64 input not drawn by randint", where)
+        else:
+            d = input_init(t, irec, where)
+        d.pop("rewrite", None)  # a bool mask drawn as float 0 / 1: the module casts it back
+        casts.append(t.dtype if t.dtype in (torch.bool, torch.int64) else None)
+        inputs.append(dict(name=name, shape=list(t.shape), **d))
+    bool_inputs = {n for n, c in zip(names, casts) if c == torch.bool}
+    int64_inputs = [n for n, c in zip(names, casts) if c == torch.int64]
     m, pairs, notes = declare_params(model, twin, describe_all(model, prec), names)
     res["notes"] += notes
     device = torch.device(conf["device"])
-    tensors = [items[i].float() if items[i].dtype == torch.bool else items[i] for i in tensor_pos]
-    example = [x.bool() if n in bool_inputs else x for n, x in zip(names, tensors)]
+    example = [items[i].float() for i in tensor_pos]  # as Kiln gives them
     with torch.no_grad():
         model.to(device)
-        args = [x.to(device) for x in example]
+        args = model_args(items, [x.to(device) for x in example], casts)
         try:
-            ys = flatten(model(*_bind(items, args)))
-            again = flatten(model(*_bind(items, args)))
+            ys = flatten(model(*args))
+            again = flatten(model(*args))
         except Blocked:
             raise
         except Exception as e:
@@ -232,10 +250,11 @@ def map_module(prob, conf, why):
             raise Blocked("random", "forward is not deterministic",
                           f"output {k} differs between two calls on the same inputs (dropout "
                           "in training mode or another random op): no reference can check it")
-    traced, said = trace_module(model.cpu(), items, example, device)
+    traced, said = trace_module(model.cpu(), items, example, casts, device)
     if said:
         res["notes"].append("torch.jit.trace warned: " + "; ".join(said[:2]))
-    follows_the_model(traced, model.to(device), items, [x.to(device) for x in example], inputs)
+    follows_the_model(traced, model.to(device), items, [x.to(device) for x in example], casts,
+                      inputs)
     keys = [k for k, _ in pairs]
     blob = blob_with_placeholders(traced, keys, device)
     outs = [f"y{k}" for k in range(len(ys))] if len(ys) > 1 else ["y"]
@@ -255,6 +274,8 @@ def map_module(prob, conf, why):
                                         param_paths, model)
     if kb_blockers:
         raise kb_blockers[0]
+    if int64_inputs:
+        kb["int64_inputs"] = int64_inputs
     spec = {"name": prob["name"], "level": level, "dtype": "float32", "description": desc,
             "outputs": outs, "inputs": [{k: v for k, v in d.items() if k in INPUT_KEYS}
                                         for d in inputs],
@@ -267,15 +288,10 @@ def map_module(prob, conf, why):
     res["peak_bytes"] = res["bytes"]
     res["blas_gflop"] = 0.0
     res["shapes"] = {"inputs": [d["shape"] for d in inputs], "outputs": [list(y.shape) for y in ys]}
-    state = {"bool_inputs": bool_inputs, "spec": spec, "ns": ns, "init_items": init_items,
+    state = {"bool_inputs": bool_inputs, "int64_inputs": set(int64_inputs), "spec": spec, "ns": ns, "init_items": init_items,
              "items": items, "gm": None, "tensor_names": names, "param_paths": param_paths,
              "const_params": {}, "index": set()}
     return state, res
-
-
-def _bind(items, tensors):
-    it = iter(tensors)
-    return [next(it) if isinstance(x, torch.Tensor) else x for x in items]
 
 
 def _numel(shape):
