@@ -40,8 +40,12 @@ std::string default_cache_dir() {
   return "/tmp/kiln-cache";
 }
 
-expected<pool_config> make_pool_config(const std::string& backend, const std::string& cache_dir,
+expected<pool_config> make_pool_config(const std::string& backend, const std::string& cache_in,
                                        int devices, int compile_workers, int first_device) {
+  // Absolute: kernel hosts and compilers run in folders of their own.
+  std::error_code abs_ec;
+  const std::string cache_dir = fs::absolute(cache_in, abs_ec).lexically_normal().string();
+  if (abs_ec) return error{cache_in + ": cannot resolve the kernel cache: " + abs_ec.message()};
   pool_config cfg;
   cfg.compile_workers = compile_workers;
   if (backend == "cuda") {

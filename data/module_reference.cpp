@@ -3,6 +3,7 @@
 #include "data/op_vocab.hpp"
 #include "data/task_hash.hpp"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,21 @@ struct loaded {
   // measured through this call, so it does no lookups per call.
   std::string slots_for; // the state_dict text they were found for
   std::vector<at::Tensor> slots;
+  // What each slot held as loaded (the importer's 0-dim placeholders): put back after every call,
+  // so that a cached module does not keep the last call's params alive.
+  std::vector<at::Tensor> placeholders;
+};
+
+// Gives the task's params to the module's slots for one call; puts the placeholders back when it
+// ends, on every path.
+struct params_lent {
+  loaded& l;
+  params_lent(loaded& into, const std::vector<at::Tensor>& args, std::size_t first) : l(into) {
+    for (std::size_t i = 0; i < l.slots.size(); ++i) l.slots[i].set_data(args[first + i]);
+  }
+  ~params_lent() {
+    for (std::size_t i = 0; i < l.slots.size(); ++i) l.slots[i].set_data(l.placeholders[i]);
+  }
 };
 
 // Fills l.slots for `keys`; the error names a key the module does not hold.
@@ -52,15 +68,33 @@ status find_slots(loaded& l, const std::string& keys_text, const std::vector<std
   std::map<std::string, at::Tensor> held; // the module's tensors, by state_dict key
   for (const auto& p : l.module.named_parameters(true)) held.emplace(p.name, p.value);
   for (const auto& b : l.module.named_buffers(true)) held.emplace(b.name, b.value);
-  std::vector<at::Tensor> slots;
+  std::vector<at::Tensor> slots, placeholders;
   for (const auto& k : keys) {
     auto it = held.find(k);
     if (it == held.end()) return error{"pytorch_module: the module holds no tensor '" + k + "'"};
     slots.push_back(it->second);
+    placeholders.push_back(it->second.detach()); // aliases what the slot holds now
   }
   l.slots = std::move(slots);
+  l.placeholders = std::move(placeholders);
   l.slots_for = keys_text;
   return ok();
+}
+
+// torch.jit.trace records the device of each tensor a forward makes (zeros(..., device=x.device),
+// an RNN's zero state) as a constant: those are set to the call's device, so that a module traced
+// on one device (the importer's) runs on any.
+void retarget_device_constants(torch::jit::Module& m, const c10::Device& device) {
+  std::function<void(torch::jit::Block*)> walk = [&](torch::jit::Block* b) {
+    for (auto* n : b->nodes()) {
+      if (n->kind() == c10::prim::Constant &&
+          n->output()->type()->kind() == c10::TypeKind::DeviceObjType)
+        n->s_(c10::attr::value, device.str());
+      for (auto* sub : n->blocks()) walk(sub);
+    }
+  };
+  for (const auto& sub : m.modules())
+    for (const auto& method : sub.get_methods()) walk(method.graph()->block());
 }
 
 // Loaded onto the device of the call: the tensors the task does not give (a BatchNorm's counter,
@@ -77,6 +111,7 @@ expected<std::shared_ptr<loaded>> module_for(const std::string& text, const c10:
   try {
     std::istringstream in(*bytes);
     l->module = torch::jit::load(in, device);
+    retarget_device_constants(l->module, device);
   } catch (const std::exception& e) {
     std::string what = e.what();
     return error{"attrs.torchscript does not load as a TorchScript module: " +
@@ -103,13 +138,13 @@ expected<std::vector<at::Tensor>> run_module(const op_node& op,
   auto& m = (*l)->module;
   if (auto st = find_slots(**l, attr_string(op.attrs, "state_dict", ""), keys); !st)
     return st.err();
-  // The importer left a placeholder for each tensor the task gives (its weights are drawn by the
-  // task's rules, as a submission's are); the others (a BatchNorm's counter) are as saved.
-  for (std::size_t i = 0; i < keys.size(); ++i) (*l)->slots[i].set_data(args[n_inputs + i]);
   std::vector<torch::jit::IValue> inputs(args.begin(), args.begin() + n_inputs);
   std::vector<at::Tensor> out;
   try {
     torch::NoGradGuard no_grad;
+    // The importer left a placeholder for each tensor the task gives (its weights are drawn by
+    // the task's rules, as a submission's are); the others (a BatchNorm's buffers) are as saved.
+    params_lent lent(**l, args, n_inputs);
     auto y = m.forward(inputs);
     if (y.isTensor()) {
       out.push_back(y.toTensor());

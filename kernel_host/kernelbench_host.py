@@ -149,10 +149,16 @@ def _kiln_load(bundle, inputs, params, outputs, status_addr, status_len):
         _say(status_addr, status_len, f"{type(e).__name__}: {e}")
 
 
+def _flat(y):
+    """The outputs in order, nested tuples and lists flattened (the task's outputs are the
+    Model's, flattened the same way by the importer)."""
+    return [t for e in y for t in _flat(e)] if isinstance(y, (tuple, list)) else [y]
+
+
 def _forward():
     with torch.no_grad():
         y = _kiln["model"](*[a() for a in _kiln["args"]])
-        ys = list(y) if isinstance(y, (tuple, list)) else [y]
+        ys = _flat(y)
         if len(ys) != len(_kiln["outs"]):
             raise RuntimeError(f"ModelNew returns {len(ys)} outputs; the task has "
                                f"{len(_kiln['outs'])}")

@@ -150,7 +150,7 @@ std::vector<kernel_template> fitting_templates(const task& t, int64_t first, int
   const op_node& anchor = t.ops[first];
   op_family f = family_of(anchor);
   auto templates = anchor_templates(f);
-  if (n == 1) return templates;
+  if (n == 1 || templates.empty()) return templates; // none: an op no template takes (a module)
   if (f == op_family::arg_reduce || templates.front() == kernel_template::layout) return {};
   for (int64_t j = first + 1; j < first + n; ++j) {
     const op_node& op = t.ops[j];

@@ -146,7 +146,13 @@ try:
         y = model(*args)
 except BaseException:
     fail("ModelNew's forward fails on inputs of the task's shapes:\n" + short_trace())
-ys = list(y) if isinstance(y, (tuple, list)) else [y]
+
+
+def flat(v):  # nested tuples and lists in order, as the importer flattens the Model's outputs
+    return [t for e in v for t in flat(e)] if isinstance(v, (tuple, list)) else [v]
+
+
+ys = flat(y)
 if len(ys) != len(spec["outputs"]):
     fail(f"ModelNew returns {len(ys)} outputs; the task has {len(spec['outputs'])}")
 for out, got in zip(spec["outputs"], ys):

@@ -4,9 +4,9 @@
 KernelBench's style (the Model's source, "write ModelNew"), answered with a ModelNew module in the
 last ```python block (a ```cpp block after it is not taken), built and judged by the pool. One
 task passes on turn 1; its *_fix copy is wrong on turn 1, and the outcome fed back leads to a
-correct turn 2. Four tasks whose reference is the problem's own Model (op pytorch_module: an
-LSTM, a GRU, a level-3 attention network, a loss over int64 class indices and a bool mask) pass on
-turn 1. The answer format is in the eval JSON. Usage: test_llm_kernelbench.py KILN"""
+correct turn 2. Five tasks whose reference is the problem's own Model (op pytorch_module: an
+LSTM, a GRU, a level-3 attention network, a loss over int64 class indices and a bool mask, an LSTM's nested (out, (h, c)) flattened)
+pass on turn 1. The answer format is in the eval JSON. Usage: test_llm_kernelbench.py KILN"""
 import json
 import os
 import shutil
@@ -46,7 +46,9 @@ def main():
                               os.path.join(data, "module", "problems", "level3",
                                            "constant_attribute.py"),
                               os.path.join(data, "module", "problems", "level2",
-                                           "int64_and_bool_inputs.py")],
+                                           "int64_and_bool_inputs.py"),
+                              os.path.join(data, "module", "problems", "level3",
+                                           "lstm_nested_outputs.py")],
                              capture_output=True, text=True, timeout=600)
         assert imp.returncode == 0, imp.stdout[-3000:] + imp.stderr[-3000:]
         res = mock_openai.kiln_eval(
@@ -64,7 +66,7 @@ def main():
         assert r["outcome"] == "correct", r
     assert one["turns"] == 1 and fix["turns"] == 2, (one["turns"], fix["turns"])
     for name in ("kb_l3_attention_block", "kb_l3_lstm_module", "kb_l3_constant_attribute",
-                 "kb_l2_int64_and_bool_inputs"):
+                 "kb_l2_int64_and_bool_inputs", "kb_l3_lstm_nested_outputs"):
         r = rows[name]
         assert r["outcome"] == "correct" and r["turns"] == 1, (name, r)
     print("ok: the same against tasks whose reference is the problem's own Model")

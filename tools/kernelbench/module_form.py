@@ -8,6 +8,7 @@ cannot must be the same on both builds: a submission's Model makes them itself) 
 import base64
 import copy
 import io
+import time
 import warnings
 
 import torch
@@ -93,25 +94,35 @@ def _sibling_weight(key, state):
 
 
 def declare_params(model, twin, inits, input_names):
-    """Task params for the Model's float32 state_dict tensors. Returns (Mapper with the params,
-    [(state_dict key, param name)], notes). A tensor Kiln cannot draw is left in the module if it
-    is the same on both builds (a constant, a buffer computed from sizes); a random one refuses."""
+    """Task params for the Model's float32 parameters (its state_dict entries that are
+    nn.Parameters, tied ones under each key). Returns (Mapper with the params, [(state_dict key,
+    param name)], notes). Everything else stays in the module as the Model makes it, and must be
+    the same on both builds: a parameter Kiln cannot draw, and every buffer (a BatchNorm's running
+    statistics, which a training-mode forward updates in place: as task params they would be
+    changed by every reference call)."""
     m = Mapper(None, {}, inits, "")
     m.names.update(input_names)
     state = model.state_dict(keep_vars=True)
     other = twin.state_dict()
     pairs, kept = [], []
+
+    def keep(key, t, why):
+        if not _same(t, other[key]):
+            raise Blocked(why.kind if why else "init",
+                          why.what if why else "a random buffer",
+                          (f"{why.detail}; " if why else f"buffer '{key}' ") +
+                          "differs between two builds of the Model: it is random, and a "
+                          "submission's Model could not make the same")
+        kept.append(key)
+
     for key, t in state.items():
-        if t.dtype != torch.float32:
-            kept.append(key)  # a BatchNorm's counter and the like: as the Model makes it
+        if not isinstance(t, nn.Parameter) or t.dtype != torch.float32:
+            keep(key, t, None)
             continue
         try:
             name = m.declare_param(ParamRef(key, t, _sibling_weight(key, state))).name
         except Blocked as b:
-            if not _same(t, other[key]):
-                raise Blocked(b.kind, b.what, f"{b.detail}; it is random, so a submission's "
-                              "Model could not make the same")
-            kept.append(key)
+            keep(key, t, b)
             continue
         pairs.append((key, name))
     twin_attrs = _tensor_attrs(twin)
@@ -127,7 +138,10 @@ def declare_params(model, twin, inits, input_names):
 
 def trace_module(model, items, tensors, casts, device):
     """TorchScript of the flat wrapper, traced on `device`; warnings torch.jit gives are kept."""
-    wrapper = flat_wrapper(copy.deepcopy(model).to(device), items, casts)
+    try:
+        wrapper = flat_wrapper(copy.deepcopy(model).to(device), items, casts)
+    except Exception as e:
+        raise Blocked("module", "the Model cannot be copied for tracing", _short(e))
     args = tuple(x.to(device) for x in tensors)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -190,12 +204,18 @@ def blob_with_placeholders(traced, keys, device):
 def map_module(prob, conf, why):
     """The problem as a pytorch_module task. `why`: the spec v1 blockers (the reason for this
     form). Returns (state, res) as map_problem does; raises Blocked."""
-    res = {"source": prob["source"], "name": prob["name"], "level": prob["level"] or 3,
+    level = prob["level"] or 3  # none given: a whole Model is level 3's kind of problem
+    if not 1 <= level <= 3:
+        raise Blocked("level", f"level {level}", "Kiln's levels are 1, 2 and 3")
+    task_name = prob["name"] if prob["level"] else f"kb_l3_{prob['name'][3:]}"
+    res = {"source": prob["source"], "name": task_name, "level": level,
            "status": "rejected", "blockers": [], "rewrites": [], "notes": [],
            "form": "pytorch_module", "not_spec_v1": why}
     ns, scaling, source = exec_problem(prob["code"], prob["source"], conf["scale_batch"],
                                        conf.get("scale_sizes", False))
     res["scaling"] = scaling
+    if "note" in scaling:
+        res["notes"].append(scaling["note"])
     try:
         init_items = list(ns["get_init_inputs"]())
         with Recorder(meta=True) as irec:
@@ -233,23 +253,49 @@ def map_module(prob, conf, why):
     res["notes"] += notes
     device = torch.device(conf["device"])
     example = [items[i].float() for i in tensor_pos]  # as Kiln gives them
+
+    def call(mod):  # fresh copies of the inputs each time: a forward may write into them
+        return flatten(mod(*model_args(items, [x.to(device).clone() for x in example], casts)))
+
     with torch.no_grad():
-        model.to(device)
-        args = model_args(items, [x.to(device) for x in example], casts)
         try:
-            ys = flatten(model(*args))
-            again = flatten(model(*args))
+            model.to(device)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            t0 = time.perf_counter()
+            ys = call(model)
+            res["forward_s"] = round(time.perf_counter() - t0, 3)
+            if device.type == "cuda":
+                res["peak_bytes"] = torch.cuda.max_memory_allocated(device)
+            again = call(model)
         except Blocked:
             raise
         except Exception as e:
             raise Blocked("load", "Model.forward fails here", _short(e))
-    for k, (a, b) in enumerate(zip(ys, again)):
-        if not a.is_floating_point() or a.dtype != torch.float32:
-            raise Blocked("module", "an output that is not float32", f"output {k} is {a.dtype}")
-        if not torch.allclose(a, b, atol=1e-5, rtol=1e-5, equal_nan=True):
-            raise Blocked("random", "forward is not deterministic",
-                          f"output {k} differs between two calls on the same inputs (dropout "
-                          "in training mode or another random op): no reference can check it")
+        for k, (a, b) in enumerate(zip(ys, again)):
+            if not a.is_floating_point() or a.dtype != torch.float32:
+                raise Blocked("module", "an output that is not float32",
+                              f"output {k} is {a.dtype}")
+            if not torch.allclose(a, b, atol=1e-5, rtol=1e-5, equal_nan=True):
+                raise Blocked("random", "forward is not deterministic",
+                              f"output {k} differs between two calls on the same inputs (dropout "
+                              "in training mode or another random op): no reference can check "
+                              "it")
+        # Whatever else the Model draws (a Python number, tensors in a list) shows here: a second
+        # build given the first's state_dict must compute the same.
+        try:
+            twin.load_state_dict(model.state_dict())
+            other = call(twin.to(device))
+        except Exception as e:
+            raise Blocked("load", "a second build of the Model does not run", _short(e))
+        for k, (a, b) in enumerate(zip(ys, other)):
+            if not torch.allclose(a, b, atol=1e-5, rtol=1e-5, equal_nan=True):
+                raise Blocked("init", "randomness outside the state_dict",
+                              f"output {k}: a second build of the Model, given the first's "
+                              "state_dict, computes another output; it draws something else "
+                              "(a random attribute or number) that a submission's Model would "
+                              "draw otherwise")
+        del twin, other, again
     traced, said = trace_module(model.cpu(), items, example, casts, device)
     if said:
         res["notes"].append("torch.jit.trace warned: " + "; ".join(said[:2]))
@@ -263,7 +309,6 @@ def map_module(prob, conf, why):
             "attrs": {"inputs": len(names), "state_dict": " ".join(PREFIX + k for k in keys),
                       "output": k, "shape": list(y.shape), "torchscript": blob}}
            for k, (o, y) in enumerate(zip(outs, ys))]
-    level = prob["level"] or 3
     desc = (f"KernelBench {short_source(prob['source'])}; its own Model is the reference "
             f"(traced to TorchScript), since spec v1 cannot say it: "
             + "; ".join(f"{b['what']}" for b in why[:3]))
@@ -276,7 +321,7 @@ def map_module(prob, conf, why):
         raise kb_blockers[0]
     if int64_inputs:
         kb["int64_inputs"] = int64_inputs
-    spec = {"name": prob["name"], "level": level, "dtype": "float32", "description": desc,
+    spec = {"name": task_name, "level": level, "dtype": "float32", "description": desc,
             "outputs": outs, "inputs": [{k: v for k, v in d.items() if k in INPUT_KEYS}
                                         for d in inputs],
             "params": params, "ops": ops, "kernelbench": kb}
@@ -284,7 +329,7 @@ def map_module(prob, conf, why):
     res["level"] = level
     res["torchscript_bytes"] = len(blob) * 3 // 4
     nbytes = sum(4 * _numel(d["shape"]) for d in spec["inputs"] + params)
-    res["bytes"] = nbytes + sum(y.numel() * 4 for y in ys)
+    res["bytes"] = max(nbytes + sum(y.numel() * 4 for y in ys), res.get("peak_bytes", 0))
     res["peak_bytes"] = res["bytes"]
     res["blas_gflop"] = 0.0
     res["shapes"] = {"inputs": [d["shape"] for d in inputs], "outputs": [list(y.shape) for y in ys]}

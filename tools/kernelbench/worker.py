@@ -17,9 +17,12 @@ from .module_form import map_module
 from .problems import _short
 from .toml_out import to_toml
 
+MAX_FORWARD_S_CPU = 15.0  # a module task whose Model's forward takes longer: too_large on cpu
 FORMS = ("auto", "spec", "module")  # --form: spec v1 else module | spec v1 only | module only
-# Blocker kinds no other form can help with: the problem itself does not run or is random.
-FINAL_KINDS = ("level", "format", "random")
+# Blocker kinds no other form can help with: the problem itself does not run or is random, or
+# this machine failed the check (out of memory, a crash, a timeout, kiln): a spec v1 problem must
+# not become a module task because the device was busy.
+FINAL_KINDS = ("level", "format", "random", "crash", "timeout", "internal", "kiln", "too_large")
 
 
 def prepare_device(conf):
@@ -91,6 +94,12 @@ def check_sized(state, res, conf, limits):
         res["blockers"] = [Blocked("too_large", "too large to check here",
                                    f"tensors need {res['bytes'] / 2 ** 20:.0f} MiB, over "
                                    f"--max-mib {whole_mib:.0f} on {conf['device']}").as_dict()]
+    elif conf["device"] == "cpu" and res.get("forward_s", 0) > MAX_FORWARD_S_CPU:
+        res["status"] = "too_large"  # a module task has no op graph to count its work from
+        res["blockers"] = [Blocked("too_large", "too slow to check here",
+                                   f"one forward of the Model took {res['forward_s']:.1f} s on "
+                                   f"cpu, over {MAX_FORWARD_S_CPU:g} s (the check runs about "
+                                   "twenty)").as_dict()]
     elif res["blas_gflop"] > max_gflop:
         res["status"] = "too_large"
         res["blockers"] = [Blocked("too_large", "too slow to check here",
@@ -140,8 +149,10 @@ def import_problem(prob, conf, limits):
     if res["status"] == "too_large" and not res.get("alone") and conf["scale_batch"] < 1 and \
             (res.get("scaling") or {}).get("batch_size"):
         again = import_form(prob, dict(conf, scale_sizes=True), limits)
-        if again["status"] != "too_large":
+        if again["status"] in ("imported", "degenerate"):
             return again
+        res["notes"].append(f"with its other sizes scaled too: {again['status']} "
+                            f"({'; '.join(b['what'] for b in again['blockers'][:2])})")
     return res
 
 
@@ -155,7 +166,8 @@ def import_form(prob, conf, limits):
         res = _run_form(lambda: map_spec(prob, conf), conf, limits, dict(base))
         res["form"] = "spec_v1"
         if res["status"] != "rejected" or conf["form"] == "spec" or \
-                any(b["kind"] in FINAL_KINDS for b in res["blockers"]):
+                any(b["kind"] in FINAL_KINDS or "out of memory" in b.get("detail", "").lower()
+                    for b in res["blockers"]):
             return res
         why = res["blockers"]
     else:
