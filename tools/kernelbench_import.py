@@ -331,7 +331,8 @@ def main(argv):
         print(f"kernelbench_import: {len(alone)} problem(s) need the device alone; "
               "checking them one at a time", file=sys.stderr, flush=True)
         total += len(alone)
-        again = run_all([probs[i] for i in alone], dict(conf, jobs=1), progress)
+        again = run_all([probs[i] for i in alone], dict(conf, jobs=1),
+                        lambda k, res: progress(alone[k], res))  # named by its place in probs
         for i, r in zip(alone, again):
             r["notes"].append("checked alone: too large, or out of memory, beside other jobs")
             results[i] = r

@@ -503,6 +503,9 @@ RESERVED = {"torch", "F", "math", "rms_norm", "forward", "list", "range"}
 # its weights, which torch 1.13's functional_call does not update.
 MODULE_KB = '''
 
+import sys
+import types
+
 KB_SOURCE = {source!r}
 KB_INIT_INPUTS = {init!r}
 KB_FORWARD = {forward!r}  # Model.forward's arguments: a task input's name, or a value
@@ -517,10 +520,12 @@ def model_on(device):
     """The problem's Model on `device`, built once, and its tensors by KB_KEYS."""
     key = str(device)
     if key not in _MODELS:
-        ns = {{"__name__": "kiln_problem_" + NAME}}
-        exec(compile(KB_SOURCE, "<kernelbench problem " + NAME + ">", "exec"), ns)
+        # A module Python can import by name: torch.compile looks up the Model's module.
+        problem = sys.modules.setdefault("kiln_problem_" + NAME,
+                                         types.ModuleType("kiln_problem_" + NAME))
+        exec(compile(KB_SOURCE, "<kernelbench problem " + NAME + ">", "exec"), problem.__dict__)
         torch.manual_seed(0)
-        model = ns["Model"](*KB_INIT_INPUTS).to(device)
+        model = problem.Model(*KB_INIT_INPUTS).to(device)
         held = model.state_dict(keep_vars=True)
         _MODELS[key] = [model, [held[k] for k in KB_KEYS], None]  # the model, its tensors, bound
     return _MODELS[key]
