@@ -15,7 +15,7 @@ import torch_baselines as tb
 from kernelbench_draws import Blocked, INPUT_KEYS, Recorder, describe_init, input_init
 
 from .mapper import Mapper
-from .problems import _short, describe_scaling, exec_problem, short_source
+from .problems import _short, describe_scaling, exec_for, short_source
 from .toml_out import to_toml
 from .tracing import Tracer, blas_gflop, make_wrapper, prune, spec_bytes, spec_peak_bytes
 from .values import T
@@ -98,11 +98,7 @@ def map_problem(prob, conf):
     if level is not None and not 1 <= level <= 3:
         raise Blocked("level", f"level {level}", "Kiln's levels are 1, 2 and 3")
     torch.manual_seed(0)
-    ns, scaling, source = exec_problem(prob["code"], prob["source"], conf["scale_batch"],
-                                       conf.get("scale_sizes", False))
-    res["scaling"] = scaling
-    if "note" in scaling:
-        res["notes"].append(scaling["note"])
+    ns, scaling, source = exec_for(prob, conf, res)
     try:
         init_items = list(ns["get_init_inputs"]())
     except Exception as e:

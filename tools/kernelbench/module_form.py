@@ -18,7 +18,7 @@ from kernelbench_draws import INPUT_KEYS, Blocked, Recorder, factory_init, input
 
 from .check import build_model, describe_all, flat_outputs, kernelbench_table
 from .mapper import Mapper
-from .problems import _short, describe_scaling, exec_problem, short_source
+from .problems import _short, describe_scaling, exec_for, short_source
 from .tracing import make_wrapper
 from .values import ParamRef
 
@@ -211,11 +211,7 @@ def map_module(prob, conf, why):
     res = {"source": prob["source"], "name": task_name, "level": level,
            "status": "rejected", "blockers": [], "rewrites": [], "notes": [],
            "form": "pytorch_module", "not_spec_v1": why}
-    ns, scaling, source = exec_problem(prob["code"], prob["source"], conf["scale_batch"],
-                                       conf.get("scale_sizes", False))
-    res["scaling"] = scaling
-    if "note" in scaling:
-        res["notes"].append(scaling["note"])
+    ns, scaling, source = exec_for(prob, conf, res)
     try:
         init_items = list(ns["get_init_inputs"]())
         with Recorder(meta=True) as irec:

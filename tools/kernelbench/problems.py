@@ -260,6 +260,16 @@ def _as_run(code, hits, values):
     return out
 
 
+def exec_for(prob, conf, res):
+    """exec_problem() as conf scales it; res gets its scaling and the scaling's note."""
+    ns, scaling, source = exec_problem(prob["code"], prob["source"], conf["scale_batch"],
+                                       conf.get("scale_sizes", False))
+    res["scaling"] = scaling
+    if "note" in scaling:
+        res["notes"].append(scaling["note"])
+    return ns, scaling, source
+
+
 def describe_scaling(scaling, scale):
     """What --scale-batch did to a problem, for the task's description."""
     out = ""
