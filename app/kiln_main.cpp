@@ -61,8 +61,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
 
   auto* imp = tasks_cmd->add_subcommand(
-      "import", "KernelBench problems (files, folders, JSON Lines of {\"code\"}) as task files, "
-                "exactly or not at all: kiln tasks import --help for the importer's options");
+      "import", "KernelBench problems (files, folders, JSON Lines of {\"code\"}) as task files: "
+                "spec v1, else the problem's own Model, or refused with the reason: kiln tasks "
+                "import --help for the importer's options");
   imp->set_help_flag(); // --help goes to the importer, which owns these options
   imp->allow_extras();
   imp->positionals_at_end(false);

@@ -218,8 +218,10 @@ def summarize(results):
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog=os.environ.get("KILN_IMPORT_PROG", "kernelbench_import.py"), allow_abbrev=False,
-        description="Import KernelBench problems as Kiln task spec v1 files (exactly or not "
-                    "at all).", epilog="See the module docstring for the method.")
+        description="Import KernelBench problems as Kiln tasks: spec v1 where it says a "
+                    "problem exactly, else the problem's own Model as the reference (op "
+                    "pytorch_module), or refused with the reason.",
+        epilog="See the module docstring for the method.")
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="problem .py file, folder of them, or JSON Lines of {\"code\": ...}")
     p.add_argument("--from", dest="source_format", default="kernelbench",
