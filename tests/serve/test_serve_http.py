@@ -309,11 +309,14 @@ if ev.returncode == 0:
 for name, served in verdicts.items():
     row = rows.get(name, {})
     k = served["metadata"]["kiln"]
+    # The verdicts, not the times: two runs' eager times differ with what else the machine
+    # runs (a CI beside other tests saw 2x), so only that both measured one is compared.
     same = (row.get("outcome") == k["outcome"] and row.get("correct") == served["correctness"] and
             (row.get("outcome") != "compile_error") == served["compiled"] and
-            (not row.get("correct") or abs(row["eager_ms"] - k["eager_ms"]) / k["eager_ms"] < 1.0))
-    check(same, f"{name}: serve {k['outcome']} / correctness {served['correctness']}, "
-          f"kiln eval {row.get('outcome')} / correct {row.get('correct')}")
+            (not row.get("correct") or (row["eager_ms"] > 0 and k["eager_ms"] > 0)))
+    check(same, f"{name}: serve {k['outcome']} / correctness {served['correctness']} / eager "
+          f"{k.get('eager_ms')} ms, kiln eval {row.get('outcome')} / correct "
+          f"{row.get('correct')} / eager {row.get('eager_ms')} ms")
 
 # OpenEnv-shaped episodes: reset, steps with feedback and reward, state, schema.
 code, _, schema = s.json("GET", "/schema")
