@@ -327,14 +327,18 @@ int cmd_bench_serve(const common_args& common, const bench_args& args) {
   server = std::move(*started);
   const uint16_t port = server->port();
   const std::string kernel = relu_submission();
+  // Ids are new in every level: an id seen before would be answered from the journal's stored
+  // result, not evaluated.
+  int level_no = 0;
   auto evaluate_body = [&](bool wait) {
-    return [&, wait](int client, int64_t n) -> std::optional<std::string> {
-      nlohmann::json b = {
-          {"task_id", "c" + std::to_string(client) + "-" + std::to_string(n) + (wait ? "" : "-q")},
-          {"reference_code", task_name},
-          {"kernel_code", kernel},
-          {"backend", "cpu"},
-          {"wait", wait}};
+    std::string prefix = "l" + std::to_string(level_no++) + "-c";
+    return [&, wait, prefix](int client, int64_t n) -> std::optional<std::string> {
+      nlohmann::json b = {{"task_id", prefix + std::to_string(client) + "-" + std::to_string(n) +
+                                          (wait ? "" : "-q")},
+                          {"reference_code", task_name},
+                          {"kernel_code", kernel},
+                          {"backend", "cpu"},
+                          {"wait", wait}};
       return b.dump();
     };
   };
@@ -414,20 +418,29 @@ int cmd_bench_serve(const common_args& common, const bench_args& args) {
   server->stop();
   eps.stop();
   board.stop();
+  // Group commit: how many writes (an accepted job's add, its result) shared a transaction.
+  auto jc = (*jr)->counts();
+  if (!args.json)
+    std::printf("  journal: %lld writes in %lld commits (%.1f per commit)\n",
+                static_cast<long long>(jc.writes), static_cast<long long>(jc.commits),
+                static_cast<double>(jc.writes) /
+                    static_cast<double>(std::max<int64_t>(1, jc.commits)));
   caf::anon_send_exit(pool.actor(), caf::exit_reason::user_shutdown);
   std::error_code ec;
   std::filesystem::remove_all(state, ec);
   if (args.json)
-    std::printf("%s\n", nlohmann::json{{"bench", "serve"},
-                                       {"pool", "null"},
-                                       {"board_workers", bo.workers},
-                                       {"threads", common.threads},
-                                       {"duration_s", args.duration_s},
-                                       {"rate", args.rate},
-                                       {"levels", levels},
-                                       {"queued", queued}}
-                            .dump(1)
-                            .c_str());
+    std::printf("%s\n",
+                nlohmann::json{{"bench", "serve"},
+                               {"pool", "null"},
+                               {"board_workers", bo.workers},
+                               {"threads", common.threads},
+                               {"duration_s", args.duration_s},
+                               {"rate", args.rate},
+                               {"levels", levels},
+                               {"queued", queued},
+                               {"journal", {{"writes", jc.writes}, {"commits", jc.commits}}}}
+                    .dump(1)
+                    .c_str());
   return 0;
 }
 

@@ -244,23 +244,26 @@ void episodes::step(const std::string& body_text, const token_entry& who, respon
     respond(
         answer(200, json{{"observation", obs}, {"reward", reward}, {"done", turn >= max_turns}}));
   };
-  auto t = board_.submit(r, who.name, who.max_pending, done_fn);
-  if (t.what == job_board::admission::accepted || t.what == job_board::admission::running) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = sessions_.find(id); it != sessions_.end()) {
-      it->second.stepping = false;
-      --it->second.turns; // not taken: the turn is not spent
+  // Not taken (a full queue, or the journal refused it): the turn is not spent.
+  auto give_back = [this, id](http_response busy, respond_fn& respond) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = sessions_.find(id); it != sessions_.end()) {
+        it->second.stepping = false;
+        --it->second.turns;
+      }
     }
-  }
+    busy.headers.push_back(
+        {"Retry-After", std::to_string(static_cast<int>(std::ceil(board_.retry_after_s())))});
+    respond(std::move(busy));
+  };
+  auto journaled = [give_back, respond](const status& st) mutable {
+    if (!st) give_back(problem(503, "the journal refused the step: " + st.message()), respond);
+  };
+  auto t = board_.submit(r, who.name, who.max_pending, done_fn, journaled);
+  if (t.what == job_board::admission::accepted || t.what == job_board::admission::running) return;
   if (t.what == job_board::admission::finished) return; // force_refresh: does not happen
-  auto busy = problem(t.what == job_board::admission::journal_failed ? 503 : 429,
-                      t.what == job_board::admission::journal_failed
-                          ? "the journal refused the step: " + t.why
-                          : "the queue or this token's limit is full");
-  busy.headers.push_back(
-      {"Retry-After", std::to_string(static_cast<int>(std::ceil(board_.retry_after_s())))});
-  respond(std::move(busy));
+  give_back(problem(429, "the queue or this token's limit is full"), respond);
 }
 
 http_response episodes::state(const std::string& id, const token_entry& who) {

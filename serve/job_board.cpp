@@ -44,13 +44,15 @@ void job_board::stop() {
   std::unique_lock<std::mutex> lock(mu_);
   stopping_ = true;
   cv_.notify_all();
-  // Callbacks already under way finish before this returns; none starts after it.
-  cv_.wait(lock, [&] { return finishing_ == 0; });
+  // Callbacks already under way (results being delivered, jobs being journaled) finish before
+  // this returns; none starts after it.
+  cv_.wait(lock, [&] { return finishing_ == 0 && journaling_.empty(); });
 }
 
 job_board::~job_board() {
   stop();
   for (auto& w : workers_) w.join();
+  journal_.flush(); // the journal's callbacks into this board have all run
 }
 
 expected<int> job_board::recover() {
@@ -68,7 +70,8 @@ expected<int> job_board::recover() {
     }
     entry e{*r,       row.owner,
             row.id,   priority_rank(r->priority),
-            order_++, body.value("submitted_at", std::string())};
+            order_++, body.value("submitted_at", std::string()),
+            {}};
     queued_.insert(e.key);
     queue_.push_back(std::move(e));
     ++per_owner_[row.owner];
@@ -83,52 +86,119 @@ expected<int> job_board::recover() {
 }
 
 job_board::ticket job_board::submit(const evaluation_request& r, const std::string& owner,
-                                    int owner_max_pending, done_fn on_done) {
+                                    int owner_max_pending, done_fn on_done,
+                                    journaled_fn on_journaled) {
   const std::string key = job_key(owner, r.task_id);
   std::unique_lock<std::mutex> lock(mu_);
-  if (running_.count(key) || queued_.count(key)) {
-    // The same id again (a client retrying after a lost answer): it waits for the first one.
+  // The same id again (a client retrying after a lost answer) waits for the first one: for its
+  // result, and, while that is being journaled, to be told whether the journal took it.
+  auto joined = [&]() -> std::optional<ticket> {
+    if (auto it = journaling_.find(key); it != journaling_.end()) {
+      it->second.callers.emplace_back(std::move(on_done), std::move(on_journaled));
+      return ticket{admission::accepted, std::nullopt};
+    }
+    if (!running_.count(key) && !queued_.count(key)) return std::nullopt;
     if (on_done) waiters_[key].push_back(std::move(on_done));
-    return {admission::running, std::nullopt, ""};
-  }
-  if (!r.force_refresh) {
+    return ticket{admission::running, std::nullopt};
+  };
+  if (auto t = joined()) return *t;
+  // A stored result is read beside the board (the journal's read connection); a job of this id
+  // that finished meanwhile (finished_ moved) means reading again.
+  for (uint64_t seen = finished_ + 1; !r.force_refresh && seen != finished_;) {
+    seen = finished_;
+    lock.unlock();
     auto stored = journal_.result(key);
     if (stored && *stored) {
       auto j = json::parse(**stored, nullptr, false);
       if (!j.is_discarded())
         if (auto res = result_from_json(j)) {
-          lock.unlock();
           if (on_done) on_done(*res);
-          return {admission::finished, *res, ""};
+          return {admission::finished, *res};
         }
     }
+    lock.lock();
+    if (auto t = joined()) return *t;
   }
   if (counts_.pending + counts_.processing >= opts_.capacity) {
     ++counts_.refused_full;
-    return {admission::full, std::nullopt, ""};
+    return {admission::full, std::nullopt};
   }
   if (per_owner_[owner] >= owner_max_pending) {
     ++counts_.refused_quota;
-    return {admission::over_quota, std::nullopt, ""};
+    return {admission::over_quota, std::nullopt};
   }
-  entry e{r, owner, key, priority_rank(r.priority), order_++, iso_time_now()};
-  if (r.force_refresh) (void)journal_.forget(key);
-  if (auto st = journal_.add({key, owner,
-                              request_json(r, e.submitted_at).dump(-1, ' ', false, utf8_replace),
-                              epoch_seconds()});
-      !st)
-    return {admission::journal_failed, std::nullopt, st.message()};
-  auto at = std::upper_bound(queue_.begin(), queue_.end(), e, [](const entry& a, const entry& b) {
-    return a.priority != b.priority ? a.priority > b.priority : a.order < b.order;
-  });
-  queue_.insert(at, std::move(e));
-  queued_.insert(key);
+  entry e{r, owner, key, priority_rank(r.priority), order_++, iso_time_now(), {}};
+  e.callers.emplace_back(std::move(on_done), std::move(on_journaled));
+  auto row =
+      journal::row{key, owner, request_json(r, e.submitted_at).dump(-1, ' ', false, utf8_replace),
+                   epoch_seconds()};
+  journaling_.emplace(key, std::move(e));
   ++per_owner_[owner];
   ++counts_.pending;
-  if (on_done) waiters_[key].push_back(std::move(on_done));
   lock.unlock();
-  cv_.notify_one();
-  return {admission::accepted, std::nullopt, ""};
+  if (r.force_refresh) journal_.forget(key, {}); // committed before the add below
+  journal_.add(row, [this, key](const status& st) { journaled(key, st); });
+  return {admission::accepted, std::nullopt};
+}
+
+// From the journal's thread: a committed job joins the queue; a refused one is dropped. Its
+// callers are told either way.
+void job_board::journaled(const std::string& key, const status& committed) {
+  const std::string task_id = key.substr(key.find('\x1f') + 1);
+  status st = committed;
+  if (!st) { // the journal names the row by its key: the caller knows it by owner / task_id
+    std::string why = st.message();
+    std::replace(why.begin(), why.end(), '\x1f', '/');
+    st = error{why};
+  }
+  std::vector<std::pair<done_fn, journaled_fn>> callers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = journaling_.find(key);
+    entry e = std::move(it->second);
+    journaling_.erase(it);
+    ++finishing_; // until its callers are told: stop() waits for that too
+    callers = std::move(e.callers);
+    if (st && !stopping_) {
+      auto& waiting = waiters_[key];
+      for (auto& c : callers)
+        if (c.first) waiting.push_back(std::move(c.first));
+      auto at =
+          std::upper_bound(queue_.begin(), queue_.end(), e, [](const entry& a, const entry& b) {
+            return a.priority != b.priority ? a.priority > b.priority : a.order < b.order;
+          });
+      queue_.insert(at, std::move(e));
+      queued_.insert(key);
+    } else { // refused; or stopping, and then it runs at the next start
+      --counts_.pending;
+      --per_owner_[e.owner];
+    }
+  }
+  if (st) cv_.notify_one(); // a worker for the job
+  evaluation_result refused;
+  if (!st) {
+    spdlog::error("serve: the journal refused {}: {}", task_id, st.message());
+    refused.task_id = task_id;
+    refused.status = "failed";
+    refused.error_code = "SYSTEM_ERROR";
+    refused.error_message = "the journal refused the job: " + st.message();
+  }
+  for (auto& [done, told] : callers) {
+    try {
+      if (told)
+        told(st);
+      else if (!st && done)
+        done(refused);
+    } catch (const std::exception& ex) {
+      spdlog::error("serve: {}: the journal's answer could not be delivered: {}", task_id,
+                    ex.what());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --finishing_;
+  }
+  cv_.notify_all();
 }
 
 void job_board::work() {
@@ -165,40 +235,56 @@ void job_board::work() {
       ++finishing_;
     }
     try {
-      finish(e, r);
+      finish(e, r); // finishing_ drops when its waiters have it
     } catch (const std::exception& ex) {
-      spdlog::error("serve: {}: its result could not be delivered: {}", r.task_id, ex.what());
+      finished(e.key, e.owner, r, error{std::string("not journaled: ") + ex.what()});
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --finishing_;
-    }
-    cv_.notify_all();
   }
 }
 
+// The result is journaled; its waiters get it once that is committed (a retry meanwhile joins
+// them, since the id is still running).
 void job_board::finish(const entry& e, const evaluation_result& r) {
   auto text = to_json(r).dump(-1, ' ', false, utf8_replace);
-  if (auto st = journal_.finish(e.key, text); !st)
-    spdlog::error("serve: {} finished but could not be journaled: {}", r.task_id, st.message());
   static std::atomic<double> last_purge{0};
   if (double now = epoch_seconds(); now - last_purge.load() > 60) {
     last_purge = now;
     (void)journal_.purge(opts_.keep_results_s);
   }
+  journal_.finish(e.key, text, [this, key = e.key, owner = e.owner, r](const status& st) {
+    finished(key, owner, r, st);
+  });
+}
+
+void job_board::finished(const std::string& key, const std::string& owner,
+                         const evaluation_result& r, const status& st) {
+  if (!st)
+    spdlog::error("serve: {} finished but could not be journaled: {}", r.task_id, st.message());
   std::vector<done_fn> waiting;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    running_.erase(e.key);
+    running_.erase(key);
     --counts_.processing;
-    --per_owner_[e.owner];
+    --per_owner_[owner];
+    ++finished_;
     ++(r.status == "completed" ? counts_.completed : counts_.failed);
-    if (auto it = waiters_.find(e.key); it != waiters_.end()) {
+    if (auto it = waiters_.find(key); it != waiters_.end()) {
       waiting = std::move(it->second);
       waiters_.erase(it);
     }
   }
-  for (auto& w : waiting) w(r);
+  for (auto& w : waiting) {
+    try {
+      w(r);
+    } catch (const std::exception& ex) {
+      spdlog::error("serve: {}: its result could not be delivered: {}", r.task_id, ex.what());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --finishing_;
+  }
+  cv_.notify_all();
 }
 
 std::optional<evaluation_result> job_board::find(const std::string& owner, const std::string& id) {
@@ -209,6 +295,11 @@ std::optional<evaluation_result> job_board::find(const std::string& owner, const
     r.task_id = id;
     if (running_.count(key)) {
       r.status = "processing";
+      return r;
+    }
+    if (auto it = journaling_.find(key); it != journaling_.end()) {
+      r.status = "pending";
+      r.submitted_at = it->second.submitted_at;
       return r;
     }
     if (queued_.count(key))

@@ -152,9 +152,14 @@ void service::evaluate(const http_request& req, const token_entry& who, respond_
       observe_latency(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       respond(json_response(200, to_json(res)));
     };
-  auto t = board_.submit(*r, who.name, who.max_pending, done);
+  // Acknowledged (202) or refused (503) once the journal has it, not before.
+  job_board::journaled_fn journaled = [respond, wait, id = r->task_id](const status& st) {
+    if (!st) return respond(detail(503, "the journal refused the job: " + st.message()));
+    if (!wait) respond(json_response(202, json{{"task_id", id}, {"status", "pending"}}));
+  };
+  auto t = board_.submit(*r, who.name, who.max_pending, done, journaled);
   switch (t.what) {
-  case job_board::admission::accepted:
+  case job_board::admission::accepted: return;
   case job_board::admission::running:
     if (!wait) respond(json_response(202, json{{"task_id", r->task_id}, {"status", "pending"}}));
     return;
@@ -174,8 +179,6 @@ void service::evaluate(const http_request& req, const token_entry& who, respond_
         {"Retry-After", std::to_string(static_cast<int>(std::ceil(board_.retry_after_s())))});
     return respond(std::move(res));
   }
-  case job_board::admission::journal_failed:
-    return respond(detail(503, "the journal refused the job: " + t.why));
   }
 }
 
@@ -225,17 +228,14 @@ void service::evaluate_batch(const http_request& req, const token_entry& who, re
     reqs[i].wait = true;
     auto t = board_.submit(reqs[i], who.name, who.max_pending,
                            [settle, i](const evaluation_result& r) { settle(i, to_json(r)); });
-    if (t.what == job_board::admission::full || t.what == job_board::admission::over_quota ||
-        t.what == job_board::admission::journal_failed) {
+    // A job the journal refuses is settled by its on_done, with the journal's error.
+    if (t.what == job_board::admission::full || t.what == job_board::admission::over_quota) {
       evaluation_result r;
       r.task_id = reqs[i].task_id;
       r.status = "failed";
       r.error_code = "RESOURCE_ERROR";
-      r.error_message = t.what == job_board::admission::journal_failed
-                            ? "the journal refused the job: " + t.why
-                            : "not accepted: the queue or this token's limit is full; retry "
-                              "after " +
-                                  std::to_string(static_cast<int>(board_.retry_after_s())) + " s";
+      r.error_message = "not accepted: the queue or this token's limit is full; retry after " +
+                        std::to_string(static_cast<int>(board_.retry_after_s())) + " s";
       settle(i, to_json(r));
     }
   }

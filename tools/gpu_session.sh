@@ -8,7 +8,7 @@
 #        executor_tests |
 #        bench_learner |
 #        validate | baselines | baselines_only | eval | eval_dirs | run | bench_pool | sources |
-#        import_tests | import_cuda | import_module | modelnew | modelnew_baselines | modelnew_examples | kernelbench_timing |
+#        import_tests | import_cuda | import_module | kb_baselines | modelnew | modelnew_baselines | modelnew_examples | kernelbench_timing |
 #        seccomp_probe
 # KILN_STEP_TIMEOUT (seconds, default 540) bounds each step; KILN_RUN_CONFIG is the run step's
 # config (default configs/cuda.toml); KILN_BASELINES names a baselines file
@@ -86,10 +86,21 @@ step_eval() {
   "$bin" eval --backend cuda --policy expert $(printf -- '--suite %s ' "${gpu_suites[@]}") \
     --parallel 3 --compile-workers 12 "${b[@]}" --json "$out/eval_cuda_expert_h200.json"
 }
-# The expert on cuda over the task folders in KILN_EVAL_SUITES (e.g. imported KernelBench tasks).
+# The expert on cuda over the task folders in KILN_EVAL_SUITES (e.g. imported KernelBench tasks),
+# against the baselines of the kb_baselines step or KILN_BASELINES where there are some.
 step_eval_dirs() {
+  local b=()
+  [ -s "$out/baselines_kb.json" ] && baselines="$out/baselines_kb.json"
+  [ -s "$baselines" ] && b=(--baselines "$baselines")
   "$bin" eval --backend cuda --policy expert $(printf -- '--suite %s ' ${KILN_EVAL_SUITES:?}) \
-    --parallel 3 --compile-workers 12 --json "$out/eval_cuda_expert_dirs.json"
+    --parallel 3 --compile-workers 12 "${b[@]}" --json "$out/eval_cuda_expert_dirs.json"
+}
+# torch.compile baselines for the task folders in KILN_EVAL_SUITES.
+step_kb_baselines() {
+  python3 tools/torch_baselines.py --device cuda --kiln "$bin" \
+    $(printf -- '--suite %s ' ${KILN_EVAL_SUITES:?}) --jobs "${KILN_BASELINE_JOBS:-8}" \
+    --time-cap-ms "${KILN_BASELINE_CAP_MS:-1000}" --out "$out/baselines_kb.json" \
+    --report "$out/baselines_kb.report.json"
 }
 step_run() {
   local b=()
@@ -111,11 +122,13 @@ step_import_tests() {
     KILN="$PWD/$bin" python3 tests/tools/test_kernelbench_import.py -v
 }
 # KernelBench's levels 1-3 at their own sizes, checked on this device (KILN_KB: the checkout of
-# ScalingIntelligence/KernelBench's KernelBench/ folder, not part of Kiln; default .kb/KernelBench).
+# ScalingIntelligence/KernelBench's KernelBench/ folder, not part of Kiln; default .kb/KernelBench;
+# KILN_IMPORT_LEVELS: which levels, default "1 2 3").
 step_import_cuda() {
-  local kb="${KILN_KB:-.kb/KernelBench}" d="$out/kb_cuda"
+  local kb="${KILN_KB:-.kb/KernelBench}" d="$out/kb_cuda" levels=()
+  for l in ${KILN_IMPORT_LEVELS:-1 2 3}; do levels+=("$kb/level$l"); done
   rm -rf "$d" && mkdir -p "$d"
-  "$bin" tasks import "$kb"/level{1,2,3} --device cuda --out "$d/tasks" \
+  "$bin" tasks import "${levels[@]}" --device cuda --out "$d/tasks" \
     --jobs "${KILN_IMPORT_JOBS:-8}" --timeout 240 --report "$d/import.json" > "$d/import.log" 2>&1
   local rc=$?
   tail -n 30 "$d/import.log"

@@ -41,4 +41,9 @@ check(q["jobs"] == 400 and q["errors"] == 0, f"400 jobs held in the queue (got {
 check(q["heap_bytes_per_job"] >= q["submission_bytes"],
       f"a queued job holds at least its submission: {q['heap_bytes_per_job']:.0f} bytes of heap "
       f"for {q['submission_bytes']}")
+answered = sum(lv["requests"] for lv in levels if lv["endpoint"] == "/evaluate") + q["jobs"]
+jw = doc["journal"]
+check(jw["writes"] >= 2 * answered and 0 < jw["commits"] < jw["writes"],
+      f"the journal: an add and a result per job ({answered} jobs), group-committed: "
+      f"{jw['writes']} writes in {jw['commits']} commits")
 sys.exit(1 if failed else 0)
