@@ -60,10 +60,39 @@ expected<std::unique_ptr<journal>> journal::open(const std::string& path) {
                           "TEXT NOT NULL, request TEXT NOT NULL, accepted_at REAL NOT NULL, "
                           "result TEXT, finished_at REAL)"})
     if (auto st = j->writer_db_.exec(sql); !st) return error{st.message() + " (" + path + ")"};
-  if (!(j->reader_db_.db = open_connection(path, why)))
-    return error{"journal: cannot open " + path + " to read: " + why};
+  // Checkpoints (the WAL copied into the database, and synced) run on their own connection and
+  // thread, beside the writer: inside a commit they would stall every write behind one sync.
+  if (auto st = j->writer_db_.exec("PRAGMA wal_autocheckpoint=0"); !st)
+    return error{st.message() + " (" + path + ")"};
+  for (auto* c : {&j->reader_db_, &j->checkpoint_db_})
+    if (!(c->db = open_connection(path, why)))
+      return error{"journal: cannot open " + path + " again: " + why};
+  // A connection that has not read the file yet does not know it is in WAL mode, and its
+  // checkpoints do nothing.
+  if (auto st = j->checkpoint_db_.exec("PRAGMA journal_mode=WAL"); !st)
+    return error{st.message() + " (" + path + ")"};
   j->writer_ = std::thread([p = j.get()] { p->write_loop(); });
+  j->checkpointer_ = std::thread([p = j.get()] { p->checkpoint_loop(); });
   return j;
+}
+
+// A passive checkpoint (it waits for no reader or writer) after every `every` writes, or each
+// second when there were some.
+void journal::checkpoint_loop() {
+  constexpr int64_t every = 512;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!closing_) {
+    checkpoint_cv_.wait_for(lock, std::chrono::seconds(1),
+                            [&] { return closing_ || unchecked_writes_ >= every; });
+    if (closing_ || unchecked_writes_ == 0) continue;
+    unchecked_writes_ = 0;
+    lock.unlock();
+    int rc = sqlite3_wal_checkpoint_v2(checkpoint_db_.db, nullptr, SQLITE_CHECKPOINT_PASSIVE,
+                                       nullptr, nullptr);
+    if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+      spdlog::warn("{}", db_error(checkpoint_db_.db, "checkpoint"));
+    lock.lock();
+  }
 }
 
 journal::~journal() {
@@ -72,7 +101,9 @@ journal::~journal() {
     closing_ = true;
   }
   cv_.notify_all();
+  checkpoint_cv_.notify_all();
   if (writer_.joinable()) writer_.join(); // commits what was queued first
+  if (checkpointer_.joinable()) checkpointer_.join();
 }
 
 journal::connection::~connection() {
@@ -192,6 +223,8 @@ void journal::write_loop() {
     done_seq_ = last;
     ++counts_.commits;
     counts_.writes += writes;
+    unchecked_writes_ += writes;
+    if (unchecked_writes_ >= 512) checkpoint_cv_.notify_one();
     idle_cv_.notify_all();
   }
 }

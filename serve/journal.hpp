@@ -3,7 +3,7 @@
 // it had accepted and still answers /results for what it finished. Thread-safe.
 // Writes are group-committed: one writer thread takes every write queued since its last commit
 // and commits them in one transaction, then tells each caller; reads use their own connection
-// (WAL lets them run beside the writer) and see what is committed.
+// (WAL lets them run beside the writer) and see what is committed; a third thread checkpoints.
 //   accept --add--> row (pending) --finish--> row (result JSON) ... restart --unfinished--> re-run
 #pragma once
 
@@ -85,19 +85,21 @@ private:
   journal() = default;
   void enqueue(write w);
   void write_loop();
+  void checkpoint_loop();
   std::vector<status> commit(const std::vector<write>& batch);
   status apply(const write& w); // on the writer's connection, in its transaction
 
-  connection writer_db_, reader_db_;
+  connection writer_db_, reader_db_, checkpoint_db_;
   std::mutex read_mu_; // reader_db_
 
   std::mutex mu_; // the queue below
-  std::condition_variable cv_, idle_cv_;
+  std::condition_variable cv_, idle_cv_, checkpoint_cv_;
   std::deque<write> queue_;
   bool closing_ = false;
   uint64_t queued_seq_ = 0, done_seq_ = 0; // the last write queued, and the last committed
   write_counts counts_;
-  std::thread writer_;
+  int64_t unchecked_writes_ = 0; // committed since the last checkpoint
+  std::thread writer_, checkpointer_;
 };
 
 double epoch_seconds();

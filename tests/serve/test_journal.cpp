@@ -161,3 +161,19 @@ TEST_CASE("journal: a batch SQLite rolls back fails every write in it and stores
   REQUIRE((*j)->add({"after", "o", "{}", 9.0})); // the journal goes on
   CHECK((*j)->unfinished()->size() == 2);
 }
+
+TEST_CASE("journal: the WAL is checkpointed into the database beside the writer") {
+  journal_file file("checkpoint");
+  auto j = journal::open(file.path.string());
+  REQUIRE_MESSAGE(j, j.message());
+  const std::string request(400, 'x');
+  for (int i = 0; i < 600; ++i) (*j)->add({std::to_string(i), "o", request, 1.0}, {});
+  (*j)->flush();
+  // The rows reach the database file only by a checkpoint (the writer makes none itself).
+  bool checkpointed = false;
+  for (int i = 0; i < 300 && !checkpointed; ++i) {
+    checkpointed = std::filesystem::file_size(file.path) > 200 * 1024;
+    if (!checkpointed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(checkpointed);
+}
