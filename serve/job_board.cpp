@@ -33,6 +33,8 @@ std::string job_key(const std::string& owner, const std::string& task_id) {
   return owner + '\x1f' + task_id;
 }
 
+std::string task_of(const std::string& key) { return key.substr(key.find('\x1f') + 1); }
+
 } // namespace
 
 job_board::job_board(job_board_options opts, journal& j, evaluate_fn evaluate)
@@ -53,6 +55,11 @@ job_board::~job_board() {
   stop();
   for (auto& w : workers_) w.join();
   journal_.flush(); // the journal's callbacks into this board have all run
+}
+
+// The queue's order: priority (high first), then arrival.
+bool job_board::runs_before(const entry& a, const entry& b) {
+  return a.priority != b.priority ? a.priority > b.priority : a.order < b.order;
 }
 
 expected<int> job_board::recover() {
@@ -78,9 +85,7 @@ expected<int> job_board::recover() {
     ++counts_.pending;
     ++n;
   }
-  std::stable_sort(queue_.begin(), queue_.end(), [](const entry& a, const entry& b) {
-    return a.priority != b.priority ? a.priority > b.priority : a.order < b.order;
-  });
+  std::stable_sort(queue_.begin(), queue_.end(), runs_before);
   cv_.notify_all();
   return n;
 }
@@ -144,7 +149,7 @@ job_board::ticket job_board::submit(const evaluation_request& r, const std::stri
 // From the journal's thread: a committed job joins the queue; a refused one is dropped. Its
 // callers are told either way.
 void job_board::journaled(const std::string& key, const status& committed) {
-  const std::string task_id = key.substr(key.find('\x1f') + 1);
+  const std::string task_id = task_of(key);
   status st = committed;
   if (!st) { // the journal names the row by its key: the caller knows it by owner / task_id
     std::string why = st.message();
@@ -163,11 +168,7 @@ void job_board::journaled(const std::string& key, const status& committed) {
       auto& waiting = waiters_[key];
       for (auto& c : callers)
         if (c.first) waiting.push_back(std::move(c.first));
-      auto at =
-          std::upper_bound(queue_.begin(), queue_.end(), e, [](const entry& a, const entry& b) {
-            return a.priority != b.priority ? a.priority > b.priority : a.order < b.order;
-          });
-      queue_.insert(at, std::move(e));
+      queue_.insert(std::upper_bound(queue_.begin(), queue_.end(), e, runs_before), std::move(e));
       queued_.insert(key);
     } else { // refused; or stopping, and then it runs at the next start
       --counts_.pending;

@@ -85,6 +85,7 @@ private:
     // While journaling: who submitted the id (the first, then retries), told when it commits.
     std::vector<std::pair<done_fn, journaled_fn>> callers;
   };
+  static bool runs_before(const entry& a, const entry& b);
   void work();
   void journaled(const std::string& key, const status& committed);
   void finish(const entry& e, const evaluation_result& r);
