@@ -4,9 +4,7 @@ import math
 import os
 import re
 import subprocess
-import tempfile
 import time
-import traceback
 
 import torch
 import torch.fx as fx
@@ -16,13 +14,14 @@ from kernelbench_draws import Blocked, INPUT_KEYS, Recorder, describe_init, inpu
 
 from .mapper import Mapper
 from .problems import _short, describe_scaling, exec_for, short_source
+from .tolerance import (ATOL_MARGIN, STEPS, atol_window, degeneracy, float32_tolerance,
+                        float64_outputs)
 from .toml_out import to_toml
 from .tracing import Tracer, blas_gflop, make_wrapper, prune, spec_bytes, spec_peak_bytes
 from .values import T
 
 
 DIGEST_SAMPLES = 256
-ZERO_SHARE_LIMIT = 0.99   # an all-zeros output within tolerance on more than this share: degenerate
 KILN_MAX_OPS = 4096       # data/task_check.hpp check_limits::max_ops
 
 
@@ -366,8 +365,12 @@ def check_problem(state, res, conf, tmp):
         res["torch_s"] = round(time.perf_counter() - t0, 2)
         res["check"] = "ok"
         outs.pop("traced GraphModule", None)
-        del gm, params  # device memory for the float64 forward
-        ys64 = float64_outputs(model, state, tensors, res)
+        gm = params = ys = y = yy = None  # device memory for the float64 forward
+        ys64 = float64_outputs(model, lambda m, args: flat_outputs(m(*_model_args(state, args))),
+                               tensors, res)
+        if ys64 is not None and sum(y.numel() for y in ys64) * 8 > 2 ** 30:
+            ys64 = [y.cpu() for y in ys64]  # device memory for Kiln's validate; compared a slice
+            # at a time
         tol = float32_tolerance(state, outs["Model"], ys64, (atol, rtol), res)
         if tol is not None:
             spec["tolerance"] = {"atol": tol, "rtol": tol}
@@ -383,6 +386,8 @@ def check_problem(state, res, conf, tmp):
 
 def revalidate(spec, conf, tmp, tag):
     """`kiln tasks validate --digest` on the spec as it is now; its row, or Blocked."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # Kiln's validate runs beside this process, on the same device
     path = os.path.join(tmp, f"{spec['name']}.{tag}.toml")
     with open(path, "w", encoding="utf-8") as f:
         f.write(to_toml(spec))
@@ -394,31 +399,6 @@ def revalidate(spec, conf, tmp, tag):
         raise Blocked("kiln", "kiln rejects the task at its new tolerance",
                       " | ".join(said[-2:]) if row is None else row.get("verdict", ""))
     return row
-
-
-ATOL_MARGIN = 4.0  # a task atol holds this many times the float32 / float64 gap (2: each side
-# rounds its own way; 2 more: other draws than the one measured)
-STEPS = [float(f"{m}e{e}") for e in range(-12, 0) for m in (1, 2, 5)]  # 1-2-5 atol steps
-
-
-def atol_window(state, ys32, ys64, rtol):
-    """(need, cap): the atol float32 rounding needs (ATOL_MARGIN x the float32 / float64 gap,
-    less rtol |y|, over every element) and the largest one that still tells zeros from the
-    answer (half the 90th percentile of |y|, times 1 - rtol: zeros then miss on at least a tenth of
-    the elements), over all float outputs. None when an output is empty or not finite."""
-    need, cap = 0.0, math.inf
-    for name, a, b in zip(state["spec"]["outputs"], ys32, ys64):
-        if name in state["index"] or not a.is_floating_point():
-            continue
-        if not a.numel():
-            return None
-        worst = (ATOL_MARGIN * (a.double() - b).abs() - rtol * b.abs()).max().item()
-        mag = a.double().abs().flatten()
-        q90 = mag.kthvalue(max(1, int(0.9 * mag.numel()))).values.item()
-        if not math.isfinite(worst) or not math.isfinite(q90):
-            return None
-        need, cap = max(need, worst), min(cap, q90 * (1 - rtol) / 2)
-    return need, cap
 
 
 def retolerance(state, res, conf, tmp, ys32, ys64, by_name, tol, flags):
@@ -460,48 +440,6 @@ def retolerance(state, res, conf, tmp, ys32, ys64, by_name, tol, flags):
     return []
 
 
-def float64_outputs(model, state, tensors, res):
-    """The Model's forward in float64 on the same tensors (flattened outputs), or None (noted)."""
-    model64 = copy.deepcopy(model).double()
-    args = [x.double() if x.is_floating_point() else x for x in tensors]
-    saved = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)  # tensors the forward makes itself
-    try:
-        return flat_outputs(model64(*_model_args(state, args)))
-    except Exception as e:
-        res["notes"].append(f"float64 forward fails ({_short(e)}): float32 rounding not measured")
-        return None
-    finally:
-        torch.set_default_dtype(saved)
-
-
-def float32_tolerance(state, ys32, ys64, default, res):
-    """The task's tolerance when float32 itself cannot meet the default: PyTorch's float32 forward
-    against its float64 forward. A correct float32 program differs from the float32 reference by
-    up to about twice that gap (each side rounds its own way), so the tolerance must hold 2x the
-    gap; past KernelBench's own 1e-2 the problem is refused as ill-conditioned."""
-    if default != (1e-4, 1e-4) or ys64 is None:
-        return None
-    worst, where = 0.0, None
-    for name, a, b in zip(state["spec"]["outputs"], ys32, ys64):
-        if name in state["index"] or not a.is_floating_point():
-            continue
-        need = (2 * (a.double() - b).abs() / (1 + b.abs())).max().item() if a.numel() else 0.0
-        if not math.isfinite(need) or need > worst:
-            worst, where = (need if math.isfinite(need) else math.inf), name
-    res["float32_gap"] = worst / 2
-    if worst <= default[0]:
-        return None
-    tol = next((t for t in (1e-3, 1e-2) if worst <= t), None)
-    detail = (f"output '{where}': float32 vs float64 forward differ by up to {worst / 2:.2g} of "
-              f"1 + |y|")
-    if tol is None:
-        raise Blocked("check", "ill-conditioned in float32",
-                      detail + "; a float32 program needs twice that, past 1e-2")
-    res["rewrites"].append(f"tolerance 1e-4 -> {tol:g}: {detail}")
-    return tol
-
-
 def flat_outputs(y):
     """A forward's outputs as a list, nested tuples and lists flattened in order (a spec v1 task's
     outputs are the top level; a pytorch_module task's are the flattened ones)."""
@@ -520,24 +458,3 @@ def _resolve(root, path):
 def _model_args(state, tensors):
     it = iter(x.clone() for x in tensors)
     return [next(it) if isinstance(item, torch.Tensor) else item for item in state["items"]]
-
-
-def degeneracy(spec, outs, inputs, atol, rtol, row, index):
-    flags = []
-    verdict = row.get("verdict") or ""
-    if verdict.startswith("degenerate"):
-        flags.append("kiln: " + verdict)
-    for name, y in zip(spec["outputs"], outs):
-        if name in index or not y.is_floating_point():
-            continue
-        y = y.detach().double()
-        allowed = atol + rtol * y.abs()
-        share = float((y.abs() <= allowed).double().mean()) if y.numel() else 1.0
-        if share > ZERO_SHARE_LIMIT:
-            flags.append(f"output '{name}': an all-zeros output is within tolerance on "
-                         f"{100 * share:.2f}% of its elements")
-        for iname, x in inputs.items():
-            if list(x.shape) == list(y.shape) and bool(((x.double() - y).abs() <= allowed).all()):
-                flags.append(f"output '{name}': copying input '{iname}' passes (the task is "
-                             "the identity on these inputs)")
-    return flags
