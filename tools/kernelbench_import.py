@@ -41,7 +41,12 @@ GraphModule, and both outputs must match Kiln's output digests within the task t
 default atol = rtol = 1e-4). A mismatch rejects the import. Degeneracy, from the same run: Kiln's own
 verdict (constant / all-zeros / NaN outputs), an output that equals one of the inputs within
 tolerance (copying the input passes), or an output within tolerance of zero on more than 99% of its
-elements. Degenerate tasks are reported and not written unless --allow-degenerate.
+elements. A problem degenerate under KernelBench's own draws (ReLU on torch.rand inputs; a deep
+network at torch.nn's default init that forgets its input) is imported again with its inputs drawn
+N(0, 1), its kaiming_uniform weights N(0, 2 / fan_in) (He's rule), then both (tools/kernelbench/
+redraw.py): the first the check accepts is written, its description and the report's `redrawn`
+saying what changed and why; --keep-draws refuses such a problem instead. Degenerate tasks are
+reported and not written unless --allow-degenerate.
 
 --scale-batch F (0 < F <= 1) rewrites a module-level `batch_size = EXPR` to max(1, round(EXPR*F))
 before the code runs, so every size derived from it follows. A problem without `batch_size` (the
@@ -209,6 +214,8 @@ def summarize(results):
             lv["as_module"] = lv.get("as_module", 0) + 1
         if r.get("degenerate"):
             lv["degenerate_flagged"] += 1
+        if r["status"] == "imported" and r.get("redrawn"):
+            lv["redrawn"] = lv.get("redrawn", 0) + 1
         if r["status"] == "rejected":
             for kind in sorted({b["kind"] for b in r["blockers"]}):
                 lv["rejected_by_kind"][kind] = lv["rejected_by_kind"].get(kind, 0) + 1
@@ -234,6 +241,9 @@ def parse_args(argv):
                    help="kiln binary (default: $KILN, else build/kiln next to tools/)")
     p.add_argument("--allow-degenerate", action="store_true",
                    help="write degenerate tasks too (still flagged in the report)")
+    p.add_argument("--keep-draws", action="store_true",
+                   help="refuse a problem degenerate under KernelBench's own draws rather than "
+                        "redraw its inputs / weights")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="problems in parallel")
     p.add_argument("--threads", type=int, default=0, metavar="T",
                    help="torch / kiln threads per job (default: cores / jobs)")
@@ -295,7 +305,8 @@ def main(argv):
     assign_names(probs)
     conf = {"scale_batch": args.scale_batch, "kiln": args.kiln, "threads": args.threads,
             "device": args.device, "form": args.form,
-            "allow_degenerate": args.allow_degenerate, "max_mib": args.max_mib,
+            "allow_degenerate": args.allow_degenerate, "keep_draws": args.keep_draws,
+            "max_mib": args.max_mib,
             "max_gflop": args.max_gflop, "max_ops": args.max_ops,
             "timeout": args.timeout, "no_check": args.no_check, "jobs": args.jobs}
     if args.out:
@@ -370,10 +381,12 @@ def main(argv):
 
 
 def print_summary(levels, missing, shapes_check):
-    print("level  problems  imported  (as module)  degenerate  rejected  too_large  mappable")
+    print("level  problems  imported  (as module)  (redrawn)  degenerate  rejected  too_large  "
+          "mappable")
     for lv in sorted(levels):
         s = levels[lv]
         print(f"{lv:>5}  {s['problems']:>8}  {s['imported']:>8}  {s.get('as_module', 0):>11}  "
+              f"{s.get('redrawn', 0):>9}  "
               f"{s['degenerate']:>10}  {s['rejected']:>8}  {s['too_large']:>9}  "
               f"{s['mappable']:>8}")
         if s["rejected_by_kind"]:

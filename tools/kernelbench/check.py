@@ -12,6 +12,7 @@ import torch.fx as fx
 import torch_baselines as tb
 from kernelbench_draws import Blocked, INPUT_KEYS, Recorder, describe_init, input_init
 
+from . import redraw
 from .mapper import Mapper
 from .problems import _short, describe_scaling, exec_for, short_source
 from .tolerance import (ATOL_MARGIN, STEPS, atol_window, degeneracy, float32_tolerance,
@@ -166,13 +167,14 @@ def map_problem(prob, conf):
         if p["name"] in needed and p.get("of"):
             needed.add(p["of"])
     params = [p for p in m.params if p["name"] in needed]
+    redrawn, redrawn_params = redraw.apply(conf.get("redraw"), inputs, params, bool_inputs)
     if level is None:
         level = 1 if len(ops) == 1 else 2
         res["level"] = level
         res["notes"].append(f"level inferred ({level}) from the op count")
         res["name"] = f"kb_l{level}_" + prob["name"][3:]  # prob's own stays: forms retry
     desc = f"KernelBench {short_source(prob['source'])}"
-    desc += describe_scaling(scaling, conf["scale_batch"])
+    desc += describe_scaling(scaling, conf["scale_batch"]) + redrawn
     desc += f"; imported by tools/kernelbench_import.py (source sha1 {_sha1(prob['code'])[:12]})"
     if m.rewrites:
         desc += "; rewrites: " + "; ".join(m.rewrites)
@@ -197,7 +199,8 @@ def map_problem(prob, conf):
     state = {"bool_inputs": bool_inputs,
              "spec": spec, "ns": ns, "init_items": init_items, "items": items, "gm": gm,
              "tensor_names": tensor_names, "param_paths": m.param_paths,
-             "const_params": m.const_params, "index": m.index_values}
+             "const_params": m.const_params, "index": m.index_values,
+             "redrawn_params": redrawn_params}
     return state, res
 
 
@@ -315,7 +318,8 @@ def check_problem(state, res, conf, tmp):
             t = _resolve(model, state["param_paths"][d["name"]])
             if list(t.shape) != d["shape"]:
                 raise Blocked("check", "param shape differs on the real model", d["name"])
-            Mapper.sanity(t, d, state["param_paths"][d["name"]])
+            if d["name"] not in state["redrawn_params"]:  # else no longer the Model's init
+                Mapper.sanity(t, d, state["param_paths"][d["name"]])
             real[d["name"]] = t
     task = {"name": spec["name"], "origin": path, "spec": spec}
     src, (atol, rtol) = tb.generate(task)

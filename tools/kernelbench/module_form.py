@@ -16,6 +16,7 @@ import torch.nn as nn
 
 from kernelbench_draws import INPUT_KEYS, Blocked, Recorder, factory_init, input_init
 
+from . import redraw
 from .check import build_model, describe_all, flat_outputs, kernelbench_table
 from .mapper import Mapper
 from .problems import _short, describe_scaling, exec_for, short_source
@@ -247,6 +248,8 @@ def map_module(prob, conf, why):
     int64_inputs = [n for n, c in zip(names, casts) if c == torch.int64]
     m, pairs, notes = declare_params(model, twin, describe_all(model, prec), names)
     res["notes"] += notes
+    redrawn, redrawn_params = redraw.apply(conf.get("redraw"), inputs, m.params,
+                                           bool_inputs | set(int64_inputs))
     device = torch.device(conf["device"])
     example = [items[i].float() for i in tensor_pos]  # as Kiln gives them
 
@@ -308,7 +311,7 @@ def map_module(prob, conf, why):
     desc = (f"KernelBench {short_source(prob['source'])}; its own Model is the reference "
             f"(traced to TorchScript), since spec v1 cannot say it: "
             + "; ".join(f"{b['what']}" for b in why[:3]))
-    desc += describe_scaling(scaling, conf["scale_batch"])
+    desc += describe_scaling(scaling, conf["scale_batch"]) + redrawn
     params = m.params
     param_paths = dict((n, k) for k, n in pairs)
     kb, kb_blockers = kernelbench_table(source, init_items, items, names, bool_inputs, params,
@@ -331,7 +334,7 @@ def map_module(prob, conf, why):
     res["shapes"] = {"inputs": [d["shape"] for d in inputs], "outputs": [list(y.shape) for y in ys]}
     state = {"bool_inputs": bool_inputs, "int64_inputs": set(int64_inputs), "spec": spec, "ns": ns, "init_items": init_items,
              "items": items, "gm": None, "tensor_names": names, "param_paths": param_paths,
-             "const_params": {}, "index": set()}
+             "const_params": {}, "index": set(), "redrawn_params": redrawn_params}
     return state, res
 
 

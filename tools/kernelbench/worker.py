@@ -12,6 +12,7 @@ import torch
 
 from kernelbench_draws import Blocked
 
+from . import redraw
 from .check import BlockedMany, check_problem, map_problem
 from .module_form import map_module
 from .problems import _short
@@ -22,7 +23,8 @@ FORMS = ("auto", "spec", "module")  # --form: spec v1 else module | spec v1 only
 # Blocker kinds no other form can help with: the problem itself does not run or is random, or
 # this machine failed the check (out of memory, a crash, a timeout, kiln): a spec v1 problem must
 # not become a module task because the device was busy.
-FINAL_KINDS = ("level", "format", "random", "crash", "timeout", "internal", "kiln", "too_large")
+FINAL_KINDS = ("level", "format", "random", "crash", "timeout", "internal", "kiln", "too_large",
+               "redraw")
 
 
 def prepare_device(conf):
@@ -143,6 +145,36 @@ def _run_form(mapper, conf, limits, res):
 
 
 def import_problem(prob, conf, limits):
+    """import_sized(); a problem degenerate under KernelBench's own draws is imported again under
+    Kiln's (redraw.py), unless --keep-draws."""
+    res = import_sized(prob, conf, limits)
+    if res["status"] != "degenerate" or conf.get("keep_draws"):
+        return res
+    why = (res.get("degenerate") or ["degenerate"])[0]
+    tried = []
+    for variant in redraw.VARIANTS:
+        again = import_sized(prob, dict(conf, redraw=(variant, why)), limits)
+        if again["status"] == "imported":
+            again["redrawn"] = {"variant": variant, "why": why}
+            again["notes"].append(f"degenerate under KernelBench's draws ({why}): "
+                                  f"imported with {variant}" +
+                                  (f" ({'; '.join(tried)} before)" if tried else ""))
+            return again
+        if not any(b.get("kind") == "redraw" for b in again.get("blockers", [])):
+            tried.append(f"{variant}: {_outcome(again)}")
+    if tried:
+        res["notes"].append("redrawn by Kiln, still not a task: " + "; ".join(tried))
+    return res
+
+
+def _outcome(res):
+    """A result's status with its first reason, short."""
+    said = (res.get("degenerate") or [b["what"] + ": " + b.get("detail", "")
+                                      for b in res.get("blockers", [])] or [""])[0]
+    return f"{res['status']} ({said[:160]})" if said else res["status"]
+
+
+def import_sized(prob, conf, limits):
     """import_form(); at --scale-batch < 1, a problem still too large to check with its batch
     scaled is tried once more with its other sizes scaled too (by sqrt(F))."""
     res = import_form(prob, conf, limits)

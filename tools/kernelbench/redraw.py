@@ -1,0 +1,66 @@
+"""Draws under which the check can tell a kernel from a constant, for a problem that is degenerate
+under KernelBench's own: ReLU on torch.rand inputs is the identity (a copy passes), and VGG16 at
+torch.nn's default init forgets its input (a memorized output passes). Such a problem is imported
+again with its inputs drawn from N(0, 1), its weights by He's rule, or both; the first that the
+check accepts is written, and the task's description and the report say what was redrawn and why.
+The Model, its shapes and its work are unchanged: only the values Kiln draws for it.
+
+degenerate result -> each variant: the mapper changes the declared draws -> the whole check again
+-> the first variant imported, else the first result with what each variant gave
+"""
+import math
+
+from kernelbench_draws import Blocked
+
+# torch.nn's kaiming_uniform_(a=sqrt(5)) draws weights of variance 1 / (3 fan_in), so a ReLU
+# network's signal shrinks about sixfold per layer; He's N(0, 2 / fan_in) keeps it.
+HE_GAIN = math.sqrt(2)
+VARIANTS = ("normal_inputs", "he_weights", "normal_inputs+he_weights")
+_PLAIN = ("scale", "shift", "random_scale", "structure")  # modifiers: such a draw is kept as made
+
+
+def _normal_inputs(inputs, skip):
+    """Inputs drawn U[0, 1) with no modifier, drawn N(0, 1) instead: their names."""
+    changed = []
+    for d in inputs:
+        if d["name"] in skip or d.get("init") != "uniform" or any(k in d for k in _PLAIN):
+            continue
+        d["init"] = "normal"
+        changed.append(d["name"])
+    return changed
+
+
+def _he_weights(params):
+    """kaiming_uniform weights drawn N(0, 2 / fan_in) instead (kaiming_normal_ for ReLU, fan_in
+    as torch.nn counts it: shape[1] x the kernel's size): their names."""
+    changed = []
+    for d in params:
+        if d.get("init") == "kaiming_uniform" and len(d["shape"]) >= 2:
+            fan_in = math.prod(d["shape"][1:])
+            d["init"], d["scale"] = "normal", HE_GAIN / math.sqrt(fan_in)
+            changed.append(d["name"])
+    return changed
+
+
+def apply(redraw, inputs, params, skip=()):
+    """Changes the declared draws as redraw = (variant, why) says. Returns (the text the task's
+    description gets, the names of the params redrawn: their values no longer follow the Model's
+    own init); Blocked (kind "redraw") when the variant changes none of this problem's draws.
+    skip: input names not to touch (bool masks, int64 indices)."""
+    if not redraw:
+        return "", set()
+    variant, why = redraw
+    said, weights = [], []
+    if "normal_inputs" in variant:
+        names = _normal_inputs(inputs, set(skip))
+        if not names:
+            raise Blocked("redraw", f"{variant}: nothing to redraw", "no input drawn U[0, 1)")
+        said.append(f"input {', '.join(names)} drawn N(0, 1), not U[0, 1)")
+    if "he_weights" in variant:
+        weights = _he_weights(params)
+        if not weights:
+            raise Blocked("redraw", f"{variant}: nothing to redraw", "no kaiming_uniform weight")
+        said.append(f"{len(weights)} weight(s) drawn N(0, 2 / fan_in) (He), not torch.nn's "
+                    "kaiming_uniform")
+    return "; redrawn by Kiln: " + ", ".join(said) + f" (KernelBench's own draws: {why})", \
+        set(weights)
