@@ -144,10 +144,14 @@ def assign_names(probs):
 
 # ---------------------------------------------------------------- running a problem's code
 
-def exec_problem(code, filename, scale, sizes_too=False):
+def exec_problem(code, filename, scale, sizes_too=False, min_batch=1, tie_batch=False):
     """The problem's module namespace, with `batch_size = EXPR` scaled. Returns (ns, scaling,
     source): source is the code as it ran, each scaled `batch_size = EXPR` written as its value
-    (the [kernelbench] table keeps it, so that Model(*get_init_inputs()) has the task's sizes)."""
+    (the [kernelbench] table keeps it, so that Model(*get_init_inputs()) has the task's sizes).
+    sizes_too: the other module-level sizes (ints, or lists / tuples of them) by sqrt(F) as well;
+    tie_batch: with it, a size equal to batch_size's own value is the batch used as a feature
+    size (KernelBench's hinge loss) and becomes the scaled batch; min_batch: the least batch a
+    scaled one gets (BatchNorm in training needs two values per channel)."""
     try:
         tree = ast.parse(code, filename)
     except SyntaxError as e:
@@ -188,15 +192,26 @@ def exec_problem(code, filename, scale, sizes_too=False):
     def scale_batch(v):
         if isinstance(v, bool) or not isinstance(v, int):
             raise Blocked("input", "batch_size is not an integer", f"batch_size = {v!r}")
-        new = max(1, int(round(v * scale)))
+        new = max(min(v, min_batch), 1, int(round(v * scale)))
         scaling["batch_size"] = {"from": v, "to": new}
         values.append(new)
         return new
 
-    def scale_size(name, v):
+    def scale_one(v):
+        if isinstance(v, (list, tuple)):
+            return type(v)(scale_one(x) for x in v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < MIN_SCALED_SIZE:
+            return v
+        batch = scaling["batch_size"]
+        if tie_batch and batch and v == batch["from"]:
+            return batch["to"]
         new = max(1, int(round(v * math.sqrt(scale))))
         if v % 8 == 0:  # keep what alignment the size had
             new = max(8, 8 * int(round(new / 8)))
+        return new
+
+    def scale_size(name, v):
+        new = scale_one(v)
         scaling.setdefault("sizes", {})[name] = {"from": v, "to": new}
         values.append(new)
         return new
@@ -226,14 +241,22 @@ MIN_SCALED_SIZE = 256  # a module-level int constant this large is a size (not a
 
 def _size_constant(node):
     """A module-level value that is a size to scale: an int >= MIN_SCALED_SIZE computed from
-    literals alone (N = 2048 * 2; not K = N * 2, which follows N)."""
+    literals alone (N = 2048 * 2; not K = N * 2, which follows N), or a list / tuple of ints with
+    one such (hidden_layer_sizes = [32768, 32768], input_shape = (32768,))."""
     if any(isinstance(n, (ast.Name, ast.Call, ast.Attribute)) for n in ast.walk(node)):
         return False
     try:
         v = eval(compile(ast.Expression(node), "<size>", "eval"), {"__builtins__": {}})
     except Exception:
         return False
-    return isinstance(v, int) and not isinstance(v, bool) and v >= MIN_SCALED_SIZE
+
+    def size(x):
+        return isinstance(x, int) and not isinstance(x, bool) and x >= MIN_SCALED_SIZE
+
+    if isinstance(v, (list, tuple)):
+        return bool(v) and all(isinstance(x, int) and not isinstance(x, bool) for x in v) and \
+            any(size(x) for x in v)
+    return size(v)
 
 
 def _as_run(code, hits, values):
@@ -254,7 +277,7 @@ def _as_run(code, hits, values):
         out = out[:a] + str(new) + out[b:]
     want = ast.parse(code)
     for (i, _), new in zip(hits, values):
-        want.body[i].value = ast.Constant(new)
+        want.body[i].value = ast.parse(repr(new), mode="eval").body
     if ast.dump(ast.parse(out)) != ast.dump(want):
         raise AssertionError("internal: the scaled source does not parse as the code that ran")
     return out
@@ -263,7 +286,8 @@ def _as_run(code, hits, values):
 def exec_for(prob, conf, res):
     """exec_problem() as conf scales it; res gets its scaling and the scaling's note."""
     ns, scaling, source = exec_problem(prob["code"], prob["source"], conf["scale_batch"],
-                                       conf.get("scale_sizes", False))
+                                       conf.get("scale_sizes", False), conf.get("min_batch", 1),
+                                       conf.get("tie_batch", False))
     res["scaling"] = scaling
     if "note" in scaling:
         res["notes"].append(scaling["note"])
@@ -275,7 +299,9 @@ def describe_scaling(scaling, scale):
     out = ""
     if scaling.get("batch_size"):
         b = scaling["batch_size"]
-        out = f"; batch_size {b['from']} -> {b['to']} (--scale-batch {scale:g})"
+        out = f"; batch_size {b['from']} -> {b['to']} (--scale-batch {scale:g}"
+        out += ", at least 2 for BatchNorm)" if b["to"] > max(1, round(b["from"] * scale)) \
+            else ")"
     if scaling.get("sizes"):
         out += "; sizes " + ", ".join(f"{k} {v['from']} -> {v['to']}"
                                       for k, v in scaling["sizes"].items()) + \

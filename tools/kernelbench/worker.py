@@ -18,6 +18,8 @@ from .module_form import map_module
 from .problems import _short
 from .toml_out import to_toml
 
+# BatchNorm in training mode on one value per channel (a scaled batch of 1 at 1 x 1 spatial size)
+ONE_VALUE_PER_CHANNEL = "Expected more than 1 value per channel when training"
 MAX_FORWARD_S_CPU = 15.0  # a module task whose Model's forward takes longer: too_large on cpu
 FORMS = ("auto", "spec", "module")  # --form: spec v1 else module | spec v1 only | module only
 # Blocker kinds no other form can help with: the problem itself does not run or is random, or
@@ -63,18 +65,29 @@ def _shape_failure(bm):
 
 
 def map_spec(prob, conf):
-    """map_problem(), and at --scale-batch < 1 once more at the problem's own sizes when scaling
-    broke its shapes."""
+    """map_problem(); at --scale-batch < 1, when scaling broke its shapes, once more with its sizes
+    equal to the batch scaled as the batch, else at its own sizes."""
     try:
         return map_problem(prob, conf)
-    except BlockedMany as bm:
-        if conf["scale_batch"] == 1 or not _shape_failure(bm):
+    except BlockedMany as e:
+        if conf["scale_batch"] == 1 or not _shape_failure(e):
             raise
-        # KernelBench's hinge loss uses batch_size as a feature size too: scaled, its own shapes
-        # disagree. Map it at its own sizes (then checked, or too_large, as those say).
+        scaled = e.blockers[0].detail
+    # KernelBench's hinge loss uses batch_size as a feature size too: scaled, its own shapes
+    # disagree. Its sizes equal to the batch scale as the batch (and the others by sqrt(F));
+    # failing that, it is mapped at its own sizes (then checked, or too_large, as those say).
+    try:
+        state, res = map_problem(prob, dict(conf, scale_sizes=True, tie_batch=True))
+        res["notes"].append(f"at --scale-batch {conf['scale_batch']:g} its shapes disagree "
+                            f"({scaled}): its sizes equal to batch_size scale as "
+                            "the batch")
+        return state, res
+    except BlockedMany as tied:
+        if not _shape_failure(tied):
+            raise
         state, res = map_problem(prob, dict(conf, scale_batch=1))
         res["notes"].append(f"at --scale-batch {conf['scale_batch']:g} its shapes disagree "
-                            f"({bm.blockers[0].detail}): sizes as given")
+                            f"({scaled}): sizes as given")
         return state, res
 
 
@@ -176,8 +189,15 @@ def _outcome(res):
 
 def import_sized(prob, conf, limits):
     """import_form(); at --scale-batch < 1, a problem still too large to check with its batch
-    scaled is tried once more with its other sizes scaled too (by sqrt(F))."""
+    scaled is tried once more with its other sizes scaled too (by sqrt(F)), and one whose
+    BatchNorm cannot train on the scaled batch of 1 again at batch 2."""
     res = import_form(prob, conf, limits)
+    batch = (res.get("scaling") or {}).get("batch_size") or {}
+    if res["status"] == "rejected" and batch.get("to") == 1 and batch.get("from", 1) > 1 and \
+            any(ONE_VALUE_PER_CHANNEL in b.get("detail", "") for b in res["blockers"]):
+        again = import_form(prob, dict(conf, min_batch=2), limits)
+        again["notes"].append(f"at batch 1: {res['blockers'][0]['detail'][:160]}; batch 2")
+        return again
     if res["status"] == "too_large" and not res.get("alone") and conf["scale_batch"] < 1 and \
             (res.get("scaling") or {}).get("batch_size"):
         again = import_form(prob, dict(conf, scale_sizes=True), limits)
