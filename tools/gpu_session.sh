@@ -124,9 +124,11 @@ step_import_tests() {
 # KernelBench's levels 1-3 at their own sizes, checked on this device (KILN_KB: the checkout of
 # ScalingIntelligence/KernelBench's KernelBench/ folder, not part of Kiln; default .kb/KernelBench;
 # KILN_IMPORT_LEVELS: which levels, default "1 2 3").
+# KILN_IMPORT_PATHS (problem files or folders) in place of KILN_IMPORT_LEVELS when set.
 step_import_cuda() {
   local kb="${KILN_KB:-.kb/KernelBench}" d="$out/kb_cuda" levels=()
   for l in ${KILN_IMPORT_LEVELS:-1 2 3}; do levels+=("$kb/level$l"); done
+  [ -n "${KILN_IMPORT_PATHS:-}" ] && read -ra levels <<< "$KILN_IMPORT_PATHS"
   rm -rf "$d" && mkdir -p "$d"
   "$bin" tasks import "${levels[@]}" --device cuda --out "$d/tasks" \
     --jobs "${KILN_IMPORT_JOBS:-8}" --timeout 240 --report "$d/import.json" > "$d/import.log" 2>&1
