@@ -107,7 +107,7 @@ from kernelbench.problems import UsageError, assign_names, load_problems  # noqa
 # Re-exported: tests/tools/test_kernelbench_import.py imports this script as a module.
 from kernelbench_draws import Blocked  # noqa: E402,F401
 from kernelbench.check import BlockedMany, check_problem, map_problem  # noqa: E402,F401
-from kernelbench.problems import exec_problem  # noqa: E402,F401
+from kernelbench.problems import describe_scaling, exec_problem  # noqa: E402,F401
 from kernelbench.toml_out import to_toml  # noqa: E402,F401
 
 RANKED_KINDS = ("missing_op", "missing_attr", "init", "input", "limit")

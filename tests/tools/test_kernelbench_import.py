@@ -85,7 +85,7 @@ class MainRun(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         import_once(cls, [os.path.join(DATA, f"level{n}") for n in (1, 2, 3, 4)],
-                    "--scale-batch", "0.25", "--form", "spec")
+                    "--scale-batch", "0.25", "--form", "spec", "--keep-draws")
 
     @classmethod
     def tearDownClass(cls):
@@ -625,6 +625,43 @@ class SmallRuns(unittest.TestCase):
         self.assertEqual(r["summary"]["1"]["degenerate_flagged"], 1)
 
     @need_kiln
+    def test_degenerate_under_kernelbenchs_draws_is_redrawn(self):
+        out = os.path.join(self.tmp, "out")
+        r = self.report(os.path.join(DATA, "level1", "relu_uniform.py"),
+                        os.path.join(DATA, "redraw", "deep_narrow_relu.py"), "--level", "3",
+                        "--out", out, "--kiln", KILN, "--jobs", "2")
+        relu, deep = by_stem(r)["relu_uniform"], by_stem(r)["deep_narrow_relu"]
+        # relu on U[0, 1) is the identity: its input is drawn N(0, 1) instead
+        self.assertEqual((relu["status"], relu["redrawn"]["variant"]),
+                         ("imported", "normal_inputs"), relu["notes"])
+        self.assertIn("copying input 'x' passes", relu["redrawn"]["why"])
+        with open(relu["out"], "rb") as f:
+            spec = tomllib.load(f)
+        self.assertEqual(spec["inputs"][0]["init"], "normal")
+        self.assertIn("redrawn by Kiln: input x drawn N(0, 1), not U[0, 1)", spec["description"])
+        # twelve layers at torch.nn's init forget the input; N(0, 1) inputs do not help, He does
+        self.assertEqual((deep["status"], deep["redrawn"]["variant"]), ("imported", "he_weights"),
+                         deep["notes"])
+        self.assertIn("does not change with the inputs", deep["redrawn"]["why"])
+        self.assertIn("normal_inputs: degenerate", " ".join(deep["notes"]))
+        with open(deep["out"], "rb") as f:
+            spec = tomllib.load(f)
+        weights = [p for p in spec["params"] if p["name"].endswith("weight")]
+        self.assertEqual(len(weights), 13)
+        for w in weights:  # N(0, 2 / fan_in); the biases keep torch.nn's rule
+            self.assertEqual(w["init"], "normal")
+            self.assertAlmostEqual(w["scale"], math.sqrt(2 / 32))
+        self.assertTrue(all(p["init"] == "bias_uniform" for p in spec["params"]
+                            if p["name"].endswith("bias")))
+        self.assertEqual(r["summary"]["1"]["redrawn"], 1)
+        self.assertEqual(r["shapes_only_validate"]["exit"], 0)
+        # --keep-draws refuses it as before
+        r = self.report(os.path.join(DATA, "level1", "relu_uniform.py"), "--kiln", KILN,
+                        "--keep-draws")
+        self.assertEqual(r["problems"][0]["status"], "degenerate")
+        self.assertNotIn("redrawn", r["problems"][0])
+
+    @need_kiln
     def test_jsonl_records_level_and_too_large(self):
         out = os.path.join(self.tmp, "out")
         r = self.report(os.path.join(DATA, "records.jsonl"), "--out", out, "--kiln", KILN,
@@ -964,6 +1001,34 @@ class InProcess(unittest.TestCase):
         ns, _, source = ki.exec_problem(code, "p.py", 0.25)
         self.assertEqual(ns["batch_size"], 20)
         self.assertEqual(source, code.replace("n * 2  #", "20  #"))
+
+    def test_sizes_in_lists_tied_to_the_batch_and_a_least_batch(self):
+        code = ("import torch\nbatch_size = 4096\nhidden = [32768, 32768, 10]\n"
+                "shape = (4096,)\nk = 3\n"
+                "class Model(torch.nn.Module):\n    pass\n"
+                "def get_inputs():\n    return [torch.rand(batch_size, *shape)]\n"
+                "def get_init_inputs():\n    return [hidden, k]\n")
+        # lists and tuples of sizes scale element by element (small ones stay), sizes by sqrt(F)
+        ns, scaling, source = ki.exec_problem(code, "p.py", 1 / 256, sizes_too=True)
+        self.assertEqual((ns["batch_size"], ns["hidden"], ns["shape"], ns["k"]),
+                         (16, [2048, 2048, 10], (256,), 3))
+        self.assertEqual(scaling["sizes"]["hidden"], {"from": [32768, 32768, 10],
+                                                      "to": [2048, 2048, 10]})
+        self.assertIn("hidden = [2048, 2048, 10]\nshape = (256,)\n", source)
+        # tied: a size equal to batch_size's own value is the batch (a hinge loss's feature dim)
+        ns, _, source = ki.exec_problem(code, "p.py", 1 / 256, sizes_too=True, tie_batch=True)
+        self.assertEqual((ns["batch_size"], ns["shape"], ns["hidden"]), (16, (16,), [2048, 2048, 10]))
+        self.assertIn("shape = (16,)\n", source)
+        # a least batch: 2 where 1 would be (BatchNorm trains on two values per channel), never
+        # above the problem's own
+        code1 = code.replace("batch_size = 4096", "batch_size = 8")
+        ns, scaling, _ = ki.exec_problem(code1, "p.py", 1 / 256, min_batch=2)
+        self.assertEqual(scaling["batch_size"], {"from": 8, "to": 2})
+        self.assertIn("batch_size 8 -> 2 (--scale-batch 0.00390625, at least 2 for BatchNorm)",
+                      ki.describe_scaling(scaling, 1 / 256))
+        ns, _, _ = ki.exec_problem(code1.replace("batch_size = 8", "batch_size = 1"), "p.py",
+                                   1 / 256, min_batch=2)
+        self.assertEqual(ns["batch_size"], 1)
 
     def test_kernelbench_table_refusals(self):
         def blockers(code):
