@@ -63,6 +63,7 @@ at::Tensor draw(const task& t, const tensor_decl& d, at::Generator& gen, c10::De
   if (d.scale != 1.0) x.mul_(d.scale);
   if (d.shift != 0.0) x.add_(d.shift);
   if (d.random_scale) x.mul_(at::empty({}, opts).uniform_(0.0, 1.0, gen));
+  if (d.softmax) x = x.softmax(-1);
   switch (d.structure) {
   case structure_kind::none: break;
   case structure_kind::triu: x = x.triu(); break;

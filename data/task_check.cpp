@@ -29,11 +29,13 @@ status check_decl(const task& t, const tensor_decl& d, const char* section, std:
     return error{at + ": init: kaiming_uniform needs a weight of rank >= 2 (fan-in from dim 1)"};
   bool drawn =
       d.init == init_kind::uniform || d.init == init_kind::normal || d.init == init_kind::randint;
-  if (!drawn && (d.scale != 1.0 || d.shift != 0.0 || d.random_scale))
+  if (!drawn && (d.scale != 1.0 || d.shift != 0.0 || d.random_scale || d.softmax))
     return error{at +
-                 ": scale / shift / random_scale apply to uniform, normal and randint draws, "
-                 "not " +
+                 ": scale / shift / random_scale / softmax apply to uniform, normal and randint "
+                 "draws, not " +
                  std::string(to_string(d.init))};
+  if (d.softmax && d.structure != structure_kind::none)
+    return error{at + ": softmax and structure together: a triangle of a distribution is none"};
   if (!drawn && d.init != init_kind::ones && d.structure != structure_kind::none)
     return error{at + ": structure applies to uniform, normal, randint and ones, not " +
                  std::string(to_string(d.init))};

@@ -57,6 +57,7 @@ std::string init_text(const tensor_decl& d, bool with_sizes) {
   if (with_sizes && (d.scale != 1.0 || d.shift != 0.0))
     s += "*" + to_string(attr_value(d.scale)) + "+" + to_string(attr_value(d.shift));
   if (d.random_scale) s += "*u";
+  if (d.softmax) s += "/softmax";
   if (d.structure != structure_kind::none) s += std::string("/") + to_string(d.structure);
   return s;
 }

@@ -115,7 +115,9 @@ void parse_init(const std::string& s, tensor_decl& d, const std::string& at) {
 }
 
 tensor_decl parse_decl(const json& j, const std::string& at, bool is_param) {
-  check_keys(j, at, {"name", "shape", "init", "of", "scale", "shift", "random_scale", "structure"});
+  check_keys(j, at,
+             {"name", "shape", "init", "of", "scale", "shift", "random_scale", "softmax",
+              "structure"});
   tensor_decl d;
   d.name = str(need(j, "name", at), at + ".name");
   d.shape = shape(need(j, "shape", at), at + ".shape");
@@ -127,6 +129,10 @@ tensor_decl parse_decl(const json& j, const std::string& at, bool is_param) {
   if (j.contains("random_scale")) {
     if (!j["random_scale"].is_boolean()) fail(at + ".random_scale", "expected a boolean");
     d.random_scale = j["random_scale"].get<bool>();
+  }
+  if (j.contains("softmax")) {
+    if (!j["softmax"].is_boolean()) fail(at + ".softmax", "expected a boolean");
+    d.softmax = j["softmax"].get<bool>();
   }
   if (j.contains("structure")) {
     std::string s = str(j["structure"], at + ".structure");
@@ -357,6 +363,7 @@ json task_to_json(const task& t) {
     if (d.scale != 1.0) o["scale"] = d.scale;
     if (d.shift != 0.0) o["shift"] = d.shift;
     if (d.random_scale) o["random_scale"] = true;
+    if (d.softmax) o["softmax"] = true;
     if (d.structure != structure_kind::none) o["structure"] = to_string(d.structure);
     return o;
   };
@@ -402,6 +409,7 @@ std::string task_to_toml(const task& t) {
     if (d.scale != 1.0) out << "scale = " << to_string(attr_value(d.scale)) << "\n";
     if (d.shift != 0.0) out << "shift = " << to_string(attr_value(d.shift)) << "\n";
     if (d.random_scale) out << "random_scale = true\n";
+    if (d.softmax) out << "softmax = true\n";
     if (d.structure != structure_kind::none)
       out << "structure = " << q(to_string(d.structure)) << "\n";
   };

@@ -41,10 +41,12 @@ enum class structure_kind { none, triu, tril, symmetric /* (x + x^T) / 2 */ };
 const char* to_string(structure_kind k);
 
 // Drawn as `init`, then in this order: x * scale + shift; times one U[0, 1) scalar drawn next
-// (random_scale); the structure. KernelBench's inputs are made so: randn * 0.02 (normal with
-// std), randint(0, 2) * 2 - 1 (+-1 targets), rand(...) * rand(()), triu(rand), (A + A.T) / 2.
-// Scale, shift and random_scale apply to uniform, normal and randint; structure to those and to
-// ones (triu(ones): the mask a triangular output is multiplied by).
+// (random_scale); a softmax over the last dimension (softmax); the structure. KernelBench's
+// inputs are made so: randn * 0.02 (normal with std), randint(0, 2) * 2 - 1 (+-1 targets),
+// rand(...) * rand(()), triu(rand), (A + A.T) / 2, (rand(...) * rand(())).softmax(-1) (a
+// distribution, for KL divergence). Scale, shift, random_scale and softmax apply to uniform,
+// normal and randint; structure to those and to ones (triu(ones): the mask a triangular output
+// is multiplied by).
 struct tensor_decl {
   std::string name;
   shape_t shape;
@@ -53,9 +55,11 @@ struct tensor_decl {
   std::string of;                  // bias_uniform: the weight whose fan-in sets the bound
   double scale = 1.0, shift = 0.0; // uniform, normal, randint only
   bool random_scale = false;
+  bool softmax = false; // over the last dimension, after the scales
   structure_kind structure = structure_kind::none;
   bool plain_draw() const {
-    return scale == 1.0 && shift == 0.0 && !random_scale && structure == structure_kind::none;
+    return scale == 1.0 && shift == 0.0 && !random_scale && !softmax &&
+           structure == structure_kind::none;
   }
 };
 

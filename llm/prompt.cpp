@@ -20,6 +20,7 @@ std::string init_text(const tensor_decl& d) {
   if (d.scale != 1.0) s << ", times " << to_string(attr_value(d.scale));
   if (d.shift != 0.0) s << ", plus " << to_string(attr_value(d.shift));
   if (d.random_scale) s << ", times one scalar uniform in [0, 1)";
+  if (d.softmax) s << ", then a softmax over the last dimension";
   if (d.structure == structure_kind::triu) s << ", upper triangle kept (triu)";
   if (d.structure == structure_kind::tril) s << ", lower triangle kept (tril)";
   if (d.structure == structure_kind::symmetric) s << ", symmetrized: (x + x^T) / 2";

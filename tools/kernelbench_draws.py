@@ -190,7 +190,7 @@ def bool_mask_init(t, rec, where):
     return {"init": "randint:0:2", "rewrite": "bool mask input -> float 0 / 1 input"}
 
 
-INPUT_KEYS = ("name", "shape", "init", "scale", "shift", "random_scale", "structure")
+INPUT_KEYS = ("name", "shape", "init", "scale", "shift", "random_scale", "softmax", "structure")
 
 
 def input_init(t, rec, where):
@@ -232,7 +232,8 @@ def _is_transpose_of(rec, y, x):
 
 def modified_init(t, rec, where, depth=0):
     """Kiln's init for a tensor made by a draw and then the modifiers a tensor_decl has, applied
-    in its order: x * scale + shift, times one rand(()) scalar, triu / tril / symmetric. An
+    in its order: x * scale + shift, times one rand(()) scalar, a softmax over the last dim,
+    triu / tril / symmetric. An
     expression in another order is kept only where the two orders agree (a scale after triu);
     anything else is Blocked."""
     r = rec.lookup(t)
@@ -246,8 +247,8 @@ def modified_init(t, rec, where, depth=0):
                       f"{where} = {rec.expression(t) or 'an expression'}: {why}")
     if how is None or how[2] != t._version or depth > 16:
         blocked("not a plain torch.rand / randn / randint / ones / zeros draw, nor one with "
-                "the modifiers Kiln draws (times / plus a constant, times one rand(()), triu, "
-                "tril, (A + A.T) / 2)")
+                "the modifiers Kiln draws (times / plus a constant, times one rand(()), a "
+                "softmax over the last dim, triu, tril, (A + A.T) / 2)")
     name, args, _, kwargs = how
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     numbers = [a for a in args if _number(a)]
@@ -262,6 +263,15 @@ def modified_init(t, rec, where, depth=0):
                 t.dim() < 2 or list(t.shape[-2:]) != list(x.shape[-2:])):
             blocked(f"{name} that splits the matrices of a {d['structure']} tensor")
         return d
+    if name == "softmax" and len(tensors) == 1 and args[0] is x:
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+        if set(kwargs) - {"dim", "dtype", "_stacklevel"} or kwargs.get("dtype") is not None or \
+                len(args) > 2 or dim not in (-1, x.dim() - 1):
+            blocked("a softmax other than over the last dim")
+        d = modified_init(x, rec, where, depth + 1)
+        if d.get("softmax") or d.get("structure", "none") != "none":
+            blocked("a softmax of a distribution or of a triangle")
+        return _with(d, softmax=True)
     if name in ("triu", "tril") and len(args) == 1 and not kwargs:
         d = modified_init(x, rec, where, depth + 1)
         if d.get("structure", "none") != "none":
@@ -284,7 +294,7 @@ def modified_init(t, rec, where, depth=0):
                     "dtype" not in rs[0][3]):
                 _claim(rec, s, where)
                 d = modified_init(other, rec, where, depth + 1)
-                if d.get("random_scale") or d.get("shift", 0.0) != 0.0:
+                if d.get("random_scale") or d.get("softmax") or d.get("shift", 0.0) != 0.0:
                     blocked("a random scale after a shift or another random scale")
                 return _with(d, random_scale=True)
         blocked("a product of two tensors that is not a tensor times one rand(()) scalar")
@@ -326,6 +336,8 @@ def _then_affine(d, scale, shift, blocked):
     """d followed by x * scale + shift: kept where it equals a draw's scale / shift applied first."""
     if d["init"] in ("ones", "zeros"):
         blocked("a constant fill other than ones / zeros")
+    if d.get("softmax"):
+        blocked("a scale or shift after a softmax")
     if scale == 0.0:
         blocked("times zero")
     if shift != 0.0 and (d.get("random_scale") or d.get("structure", "none") in ("triu", "tril")):
@@ -479,7 +491,7 @@ def derived_param_init(t, rec):
     if d == {"init": "ones", "structure": d.get("structure")} and d["structure"] in ("triu",
                                                                                    "tril"):
         return ("mask", d["structure"])  # torch.tril(torch.ones(n, n)): a causal mask
-    if d.get("random_scale") or d.get("structure", "none") != "none" or \
+    if d.get("random_scale") or d.get("softmax") or d.get("structure", "none") != "none" or \
             d["init"] not in ("uniform", "normal"):
         return ("other", "expression", f"{rec.expression(data[0])}: not an affine draw")
     if d["init"] == "normal":

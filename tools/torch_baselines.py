@@ -451,6 +451,8 @@ def draw_all(decls, seed, device):
             x.add_(d["shift"])
         if d.get("random_scale"):
             x.mul_(torch.empty((), **opts).uniform_(0.0, 1.0, generator=gen))
+        if d.get("softmax"):
+            x = x.softmax(-1)
         structure = d.get("structure", "none")
         if structure == "triu":
             x = x.triu()
@@ -630,10 +632,11 @@ def _decl(d, spec, where, is_param, params):
             if not isinstance(d[key], (int, float)) or isinstance(d[key], bool):
                 raise TaskError(f"{where}.{key}: expected a number")
             out[key] = float(d[key])
-    if "random_scale" in d:
-        if not isinstance(d["random_scale"], bool):
-            raise TaskError(f"{where}.random_scale: expected a boolean")
-        out["random_scale"] = d["random_scale"]
+    for key in ("random_scale", "softmax"):
+        if key in d:
+            if not isinstance(d[key], bool):
+                raise TaskError(f"{where}.{key}: expected a boolean")
+            out[key] = d[key]
     if "structure" in d:
         out["structure"] = d["structure"]
     if out.get("structure", "none") not in ("none", "triu", "tril", "symmetric"):

@@ -250,9 +250,21 @@ TEST_CASE("draw modifiers: scale and shift, one random scalar, triangles and sym
   CHECK(ratio.max().item<double>() - ratio.min().item<double>() < 1e-5);
   CHECK(ratio.max().item<double>() < 1.0);
 
+  // softmax after the random scale: each row a distribution (KernelBench's KL divergence inputs)
+  task dist = t;
+  dist.inputs[4].softmax = true;
+  REQUIRE(check_task(dist));
+  auto p = make_inputs(dist, 3, c10::Device(c10::kCPU));
+  CHECK(at::allclose(p[4].sum(-1), at::ones({3})));
+  CHECK(at::allclose(p[4], x[4].softmax(-1)));
+  dist.inputs[2].softmax = true; // symmetric: a softmax of a triangle or a symmetric matrix
+  auto e = check_task(dist);
+  REQUIRE_FALSE(e);
+  CHECK(e.message().find("softmax and structure together") != std::string::npos);
+
   task bad = t;
   bad.inputs[4].structure = structure_kind::tril;
-  auto e = check_task(bad);
+  e = check_task(bad);
   REQUIRE_FALSE(e);
   CHECK(e.message().find("needs square matrices") != std::string::npos);
   bad = t;

@@ -78,6 +78,19 @@ TEST_CASE("draw modifiers parse, round trip, and move the hash only when present
   REQUIRE_MESSAGE(again.has_value(), (again ? "" : again.message()));
   CHECK(task_to_json(*again) == j);
   CHECK(content_hash(*t) != content_hash(*plain));
+  auto dist = task_from_toml(replace(kGemm, "init = \"uniform\"", "init = \"uniform\"\nsoftmax = true"),
+                             "t.toml");
+  REQUIRE_MESSAGE(dist.has_value(), (dist ? "" : dist.message()));
+  CHECK(dist->inputs[0].softmax);
+  CHECK(task_to_json(*dist)["inputs"][0]["softmax"] == true);
+  auto dist_again = task_from_toml(task_to_toml(*dist), "mem.toml");
+  REQUIRE(dist_again);
+  CHECK(dist_again->inputs[0].softmax);
+  CHECK(content_hash(*dist) != content_hash(*plain));
+  auto not_bool = task_from_toml(
+      replace(kGemm, "init = \"uniform\"", "init = \"uniform\"\nsoftmax = 1"), "t.toml");
+  REQUIRE_FALSE(not_bool);
+  CHECK(contains(not_bool.message(), "inputs[0].softmax: expected a boolean"));
   auto bad = task_from_toml(
       replace(kGemm, "init = \"uniform\"", "init = \"uniform\"\nstructure = \"diagonal\""),
       "t.toml");

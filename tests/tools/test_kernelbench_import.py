@@ -259,7 +259,9 @@ class MainRun(unittest.TestCase):
             {"init": "uniform", "structure": "tril"},
             {"init": "uniform", "random_scale": True},
             {"init": "randint:0:2", "scale": 2.0, "shift": -1.0},
-            {"init": "uniform", "scale": -1.0, "shift": 1.0}])
+            {"init": "uniform", "scale": -1.0, "shift": 1.0},
+            {"init": "uniform", "random_scale": True, "softmax": True},
+            {"init": "uniform", "softmax": True}])
 
     def test_losses_as_elementwise_ops(self):
         # Checked against PyTorch's own losses on Kiln's draws (both branches of smooth_l1 /

@@ -163,6 +163,7 @@ def other_input(x, decl, gen):
     """Another input in x's domain: a fresh draw by its task init where that is a plain affine
     draw, else x's own values shuffled."""
     plain = decl.get("init") in ("uniform", "normal") and not decl.get("random_scale") and \
+        not decl.get("softmax") and \
         decl.get("structure", "none") == "none" and x.dtype == torch.float32
     if not plain:
         return x.flatten()[torch.randperm(x.numel(), generator=gen).to(x.device)].view_as(x)

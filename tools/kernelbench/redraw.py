@@ -16,7 +16,7 @@ from kernelbench_draws import Blocked
 # network's signal shrinks about sixfold per layer; He's N(0, 2 / fan_in) keeps it.
 HE_GAIN = math.sqrt(2)
 VARIANTS = ("normal_inputs", "he_weights", "normal_inputs+he_weights")
-_PLAIN = ("scale", "shift", "random_scale", "structure")  # modifiers: such a draw is kept as made
+_PLAIN = ("scale", "shift", "random_scale", "softmax", "structure")  # modifiers: such a draw is kept as made
 
 
 def _normal_inputs(inputs, skip):
