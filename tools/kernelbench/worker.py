@@ -192,8 +192,7 @@ def import_sized(prob, conf, limits):
     scaled is tried once more with its other sizes scaled too (by sqrt(F)), and one whose
     BatchNorm cannot train on the scaled batch of 1 again at batch 2."""
     res = import_form(prob, conf, limits)
-    batch = (res.get("scaling") or {}).get("batch_size") or {}
-    if res["status"] == "rejected" and batch.get("to") == 1 and batch.get("from", 1) > 1 and \
+    if res["status"] == "rejected" and conf["scale_batch"] < 1 and "min_batch" not in conf and \
             any(ONE_VALUE_PER_CHANNEL in b.get("detail", "") for b in res["blockers"]):
         again = import_form(prob, dict(conf, min_batch=2), limits)
         again["notes"].append(f"at batch 1: {res['blockers'][0]['detail'][:160]}; batch 2")
