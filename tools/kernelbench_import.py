@@ -202,6 +202,22 @@ def rank_missing(results):
     return sorted(table.values(), key=lambda e: (-e["problems"], -e["alone"], e["what"]))
 
 
+def refused_for(r):
+    """Why a problem is not a task, in two: "nature" where no task could check it (degenerate under
+    every draw Kiln tries, a random forward, ill-conditioned in float32), "not_yet" where Kiln or
+    this machine falls short (a missing op or draw, too large here, a module not installed);
+    None for a task."""
+    if r["status"] in ("imported", "mappable"):
+        return None
+    if r["status"] == "degenerate" and "redraws_tried" in r:
+        return "nature"
+    blockers = r.get("blockers") or []
+    if r["status"] == "rejected" and blockers and all(
+            b["kind"] == "random" or b["what"] == "ill-conditioned in float32" for b in blockers):
+        return "nature"
+    return "not_yet"
+
+
 def summarize(results):
     levels = {}
     for r in results:
@@ -210,6 +226,10 @@ def summarize(results):
                                                  "degenerate_flagged": 0})
         lv["problems"] += 1
         lv[r["status"]] += 1
+        why = refused_for(r)
+        if why:
+            r["refused_for"] = why
+            lv["refused_for_" + why] = lv.get("refused_for_" + why, 0) + 1
         if r["status"] == "imported" and r.get("form") == "pytorch_module":
             lv["as_module"] = lv.get("as_module", 0) + 1
         if r.get("degenerate"):
@@ -389,6 +409,10 @@ def print_summary(levels, missing, shapes_check):
               f"{s.get('redrawn', 0):>9}  "
               f"{s['degenerate']:>10}  {s['rejected']:>8}  {s['too_large']:>9}  "
               f"{s['mappable']:>8}")
+        if s.get("refused_for_nature") or s.get("refused_for_not_yet"):
+            print(f"       not a task: {s.get('refused_for_nature', 0)} by the problem's nature "
+                  "(degenerate under every draw, random, ill-conditioned in float32), "
+                  f"{s.get('refused_for_not_yet', 0)} not yet")
         if s["rejected_by_kind"]:
             print("       rejected by kind: " + ", ".join(
                 f"{k} {v}" for k, v in sorted(s["rejected_by_kind"].items(),

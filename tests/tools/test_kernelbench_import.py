@@ -1004,6 +1004,21 @@ class InProcess(unittest.TestCase):
         self.assertEqual(ns["batch_size"], 20)
         self.assertEqual(source, code.replace("n * 2  #", "20  #"))
 
+    def test_refused_for_nature_or_not_yet(self):
+        def r(status, *blockers, **kv):
+            return dict(status=status, blockers=[dict(kind=k, what=w) for k, w in blockers], **kv)
+        self.assertIsNone(ki.refused_for(r("imported")))
+        self.assertEqual(ki.refused_for(r("degenerate", redraws_tried=3)), "nature")
+        self.assertEqual(ki.refused_for(r("degenerate")), "not_yet")  # --keep-draws: not tried
+        self.assertEqual(ki.refused_for(r("rejected", ("random", "forward is not deterministic"))),
+                         "nature")
+        self.assertEqual(ki.refused_for(r("rejected", ("check", "ill-conditioned in float32"))),
+                         "nature")
+        self.assertEqual(ki.refused_for(r("rejected", ("random", "x"), ("missing_op", "F.y"))),
+                         "not_yet")
+        self.assertEqual(ki.refused_for(r("too_large", ("too_large", "too large to check here"))),
+                         "not_yet")
+
     def test_sizes_in_lists_tied_to_the_batch_and_a_least_batch(self):
         code = ("import torch\nbatch_size = 4096\nhidden = [32768, 32768, 10]\n"
                 "shape = (4096,)\nk = 3\n"

@@ -177,6 +177,7 @@ def import_problem(prob, conf, limits):
             tried.append(f"{variant}: {_outcome(again)}")
     if tried:
         res["notes"].append("redrawn by Kiln, still not a task: " + "; ".join(tried))
+    res["redraws_tried"] = len(tried)
     return res
 
 
