@@ -173,7 +173,7 @@ std::string parse_kernelbench(const json& kb, const task& t) {
   const std::string at = "kernelbench";
   check_keys(kb, at,
              {"source", "init_inputs", "forward", "bool_inputs", "int64_inputs", "state_dict",
-              "model_keys"});
+              "attributes", "model_keys"});
   str(need(kb, "source", at), at + ".source");
   if (!need(kb, "init_inputs", at).is_array()) fail(at + ".init_inputs", "expected an array");
   auto is_input = [&](const std::string& n) {
@@ -194,13 +194,25 @@ std::string parse_kernelbench(const json& kb, const task& t) {
     if (kb.contains(key))
       for (const auto& n : strings(kb[key], at + "." + key))
         if (!is_input(n)) fail(at + "." + key, "'" + n + "' is not an input");
-  const auto& sd = need(kb, "state_dict", at);
-  if (!sd.is_object()) fail(at + ".state_dict", "expected a table");
-  for (auto it = sd.begin(); it != sd.end(); ++it) {
-    bool known = false;
-    for (const auto& d : t.params) known = known || d.name == it.key();
-    if (!known) fail(at + ".state_dict." + it.key(), "not a param of the task");
-    str(*it, at + ".state_dict." + it.key());
+  // A param goes into the Model by its state_dict key, or (a random plain tensor the Model draws
+  // in __init__, an RNN's h0) by its attribute path; never both.
+  auto by_param = [&](const char* key) {
+    std::string here = at + "." + key;
+    const auto& table = key == std::string("state_dict") ? need(kb, key, at) : kb[key];
+    if (!table.is_object()) fail(here, "expected a table");
+    for (auto it = table.begin(); it != table.end(); ++it) {
+      bool known = false;
+      for (const auto& d : t.params) known = known || d.name == it.key();
+      if (!known) fail(here + "." + it.key(), "not a param of the task");
+      str(*it, here + "." + it.key());
+    }
+  };
+  by_param("state_dict");
+  if (kb.contains("attributes")) {
+    by_param("attributes");
+    for (auto it = kb["attributes"].begin(); it != kb["attributes"].end(); ++it)
+      if (kb["state_dict"].contains(it.key()))
+        fail(at + ".attributes." + it.key(), "also in state_dict: a param goes in one way");
   }
   strings(need(kb, "model_keys", at), at + ".model_keys");
   return kb.dump();

@@ -60,6 +60,14 @@ class _DeviceArray:
             "typestr": "<i8" if dtype == torch.int64 else "<f4"}
 
 
+def _owner(model, path):
+    """(module, attribute name) of a dotted attribute path of the model."""
+    *mods, leaf = path.split(".")
+    for part in mods:
+        model = getattr(model, part)
+    return model, leaf
+
+
 def _view(addr, shape, dtype):
     n = 1
     for s in shape:
@@ -127,6 +135,15 @@ def _kiln_load(bundle, inputs, params, outputs, status_addr, status_len):
                 if key not in state:
                     raise RuntimeError(f"ModelNew has no state_dict entry '{key}'")
                 state[key].copy_(_view(addr, d["shape"], torch.float32).view(state[key].shape))
+            for d, addr in zip(spec["params"], params):  # random plain tensors the Model draws
+                path = kb.get("attributes", {}).get(d["name"])
+                if path is not None:
+                    owner, leaf = _owner(model, path)
+                    held = getattr(owner, leaf, None)
+                    if not isinstance(held, torch.Tensor) or list(held.shape) != d["shape"]:
+                        raise RuntimeError(f"ModelNew has no tensor attribute '{path}' of shape "
+                                           f"{d['shape']}")
+                    setattr(owner, leaf, _view(addr, d["shape"], torch.float32).clone())
         views = {d["name"]: _view(a, d["shape"], torch.float32)
                  for d, a in zip(spec["inputs"], inputs)}
         args = []

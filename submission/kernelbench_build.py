@@ -126,6 +126,17 @@ if missing or unexpected:
          (f"missing {missing}" if missing else "") + ("; " if missing and unexpected else "") +
          (f"unexpected {unexpected}" if unexpected else ""))
 
+# A random plain tensor the Model draws in __init__ (an RNN's h0) is given by its path: ModelNew
+# must hold one of the same shape there.
+for name, path in kb.get("attributes", {}).items():
+    held = model
+    for part in path.split("."):
+        held = getattr(held, part, None)
+    want = next(d["shape"] for d in spec["params"] if d["name"] == name)
+    if not isinstance(held, torch.Tensor) or list(held.shape) != want:
+        fail(f"ModelNew has no tensor attribute '{path}' of shape {want}: the problem's Model "
+             "draws it, and Kiln gives the task's draw there")
+
 if cuda:
     bundle()
 

@@ -513,7 +513,7 @@ KB_INIT_INPUTS = {init!r}
 KB_FORWARD = {forward!r}  # Model.forward's arguments: a task input's name, or a value
 KB_BOOL_INPUTS = {bools!r}
 KB_INT64_INPUTS = {ints!r}  # drawn as floats, given to the Model as int64 (class indices)
-KB_KEYS = {keys!r}  # each param argument's state_dict key in the Model
+KB_KEYS = {keys!r}  # each param argument's state_dict key (or attribute path) in the Model
 KB_OUTPUTS = {index!r}  # the task's outputs: positions in the Model's flattened output
 _MODELS = {{}}
 
@@ -529,8 +529,15 @@ def model_on(device):
         torch.manual_seed(0)
         model = problem.Model(*KB_INIT_INPUTS).to(device)
         held = model.state_dict(keep_vars=True)
-        _MODELS[key] = [model, [held[k] for k in KB_KEYS], None]  # the model, its tensors, bound
+        tensors = [held[k] if k in held else _attribute(model, k) for k in KB_KEYS]
+        _MODELS[key] = [model, tensors, None]  # the model, its tensors, bound
     return _MODELS[key]
+
+
+def _attribute(model, path):
+    for part in path.split("."):
+        model = getattr(model, part)
+    return model
 
 
 def _bind(entry, given):
@@ -586,12 +593,12 @@ def module_forward(spec, ops, ident, input_names, param_shapes):
         raise TaskError("ops: every pytorch_module op must take the same args")
     if args[:n] != input_names:
         raise TaskError(f"ops[0].args: the first {n} must be the task's inputs in order")
-    by_name = kb.get("state_dict", {})
+    by_name = {**kb.get("state_dict", {}), **kb.get("attributes", {})}
     keys = []
     for a in args[n:]:
         if a not in param_shapes or a not in by_name:
             raise TaskError(f"ops[0].args: '{a}' is not a param with a [kernelbench].state_dict "
-                            "key")
+                            "key or attribute")
         keys.append(by_name[a])
     index = [op.get("attrs", {}).get("output", 0) for op in ops]
     if len(ops) != len(spec.get("outputs", [])) or [op.get("out") for op in ops] != \

@@ -835,13 +835,40 @@ class ModuleForm(unittest.TestCase):
         self.assertEqual((p["status"], p["form"]), ("rejected", "pytorch_module"))
         self.assertEqual([b["kind"] for b in p["blockers"]], ["random"])
         self.assertIn("dropout", p["blockers"][0]["detail"])
-        p = self.p["random_hidden_attribute"]
-        self.assertEqual(p["status"], "rejected")
-        self.assertIn("Model.h0 differs between two builds", p["blockers"][0]["detail"])
+        p = self.p["stateful_hidden"]  # forward replaces self.hidden: two calls, two outputs
+        self.assertEqual((p["status"], p["refused_for"]), ("rejected", "nature"))
+        self.assertEqual(p["blockers"][0]["what"], "forward changes the Model's own state")
+        self.assertIn("Model.hidden is another tensor after a call", p["blockers"][0]["detail"])
         self.assertNotIn("out", p)
         p = self.p["value_dependent_branch"]  # right on the example only
         self.assertEqual(p["status"], "rejected")
         self.assertEqual(p["blockers"][0]["what"], "torch.jit.trace does not follow the Model")
+
+    def test_a_random_plain_attribute_is_a_param_given_by_its_path(self):
+        p, spec = self.task("random_hidden_attribute")
+        h0 = [d for d in spec["params"] if d["name"] == "h0"]
+        self.assertEqual(h0, [{"name": "h0", "shape": [1, 4, 16], "init": "normal"}])
+        self.assertEqual(spec["kernelbench"]["attributes"], {"h0": "h0"})
+        self.assertNotIn("h0", spec["kernelbench"]["state_dict"])
+        self.assertTrue(spec["ops"][0]["attrs"]["state_dict"].endswith(" m.h0"))
+        # the Model as a ModelNew, through the pool: given the task's h0 by its path, it is right
+        subs = os.path.join(self.tmp, "subs")
+        run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "modelnew_from_model.py"),
+                              os.path.dirname(p["out"]), "--out", subs],
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        only = os.path.join(self.tmp, "only")
+        os.makedirs(only, exist_ok=True)
+        shutil.copy(p["out"], only)
+        ev = subprocess.run([KILN, "eval", "--backend", "cpu", "--policy", f"sources:{subs}",
+                             "--suite", only, "--json", os.path.join(self.tmp, "eval.json")],
+                            capture_output=True, text=True, timeout=600)
+        self.assertEqual(ev.returncode, 0, ev.stderr[-3000:])
+        with open(os.path.join(self.tmp, "eval.json")) as f:
+            rows = json.load(f)
+        outcomes = json.dumps(rows)
+        self.assertIn('"correct"', outcomes)
+        self.assertNotIn('"wrong"', outcomes)
 
     def test_int64_and_bool_inputs_drawn_as_floats_given_as_their_type(self):
         p, spec = self.task("int64_and_bool_inputs")
@@ -872,7 +899,7 @@ class ModuleForm(unittest.TestCase):
                                "--kiln", KILN, "--suite", self.out],
                               capture_output=True, text=True, timeout=600)
         self.assertEqual(proc.returncode, 0, proc.stdout[-2000:] + proc.stderr[-2000:])
-        self.assertIn("5 tasks: fidelity 5 ok, 0 mismatch, 0 error", proc.stdout)
+        self.assertIn("6 tasks: fidelity 6 ok, 0 mismatch, 0 error", proc.stdout)
 
     def test_a_module_made_for_another_device_runs_on_this_one(self):
         # torch.jit.trace keeps the device of tensors a forward makes as constants (an RNN's

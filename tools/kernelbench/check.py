@@ -222,13 +222,14 @@ def _plain(v, what):
 
 
 def kernelbench_table(source, init_items, items, tensor_names, bool_inputs, params, param_paths,
-                      model):
+                      model, attributes=()):
     """The [kernelbench] table: what running a KernelBench ModelNew against the task needs (the
     source as run, Model's init arguments, forward's arguments by task input, and the Model's
     state_dict key each task param is loaded into). Returns (table, blockers): a param a rewrite
     made (a tensor made in forward, triu(x)'s mask) has no key and is left out (a ModelNew makes
-    its own); one the Model holds outside its state_dict (a non-persistent buffer) refuses the
-    problem, since a ModelNew could not be given it."""
+    its own); one at a path in `attributes` (a random plain tensor the Model draws in __init__)
+    is given by that path; one the Model holds otherwise outside its state_dict (a non-persistent
+    buffer) refuses the problem, since a ModelNew could not be given it."""
     blockers = []
 
     def plain(v, what):
@@ -242,12 +243,14 @@ def kernelbench_table(source, init_items, items, tensor_names, bool_inputs, para
     forward = [{"input": next(names)} if isinstance(x, torch.Tensor)
                else {"value": plain(x, f"get_inputs() item {i}")} for i, x in enumerate(items)]
     keys = list(model.state_dict().keys())
-    state_dict = {}
+    state_dict, by_attribute = {}, {}
     for p in params:
         path = param_paths.get(p["name"])
         if path is None:  # a ones / zeros / triangle mask a rewrite made: ModelNew makes its own
             continue
-        if path not in keys:
+        if path in attributes:
+            by_attribute[p["name"]] = path
+        elif path not in keys:
             blockers.append(Blocked("load", "a param that is not in the Model's state_dict",
                                     f"param '{p['name']}' is Model.{path} (a non-persistent "
                                     "buffer or a plain tensor attribute)"))
@@ -256,6 +259,8 @@ def kernelbench_table(source, init_items, items, tensor_names, bool_inputs, para
     table = {"source": source, "init_inputs": init_inputs, "forward": forward,
              "bool_inputs": [n for n in tensor_names if n in bool_inputs],
              "state_dict": state_dict, "model_keys": keys}
+    if by_attribute:
+        table["attributes"] = by_attribute
     return table, blockers
 
 

@@ -14,7 +14,7 @@ import warnings
 import torch
 import torch.nn as nn
 
-from kernelbench_draws import INPUT_KEYS, Blocked, Recorder, factory_init, input_init
+from kernelbench_draws import INPUT_KEYS, Blocked, Recorder, describe_init, factory_init, input_init
 
 from . import redraw
 from .check import build_model, describe_all, flat_outputs, kernelbench_table
@@ -67,18 +67,46 @@ def flat_wrapper(model, items, casts):
     return Flat()
 
 
-def _tensor_attrs(model):
-    """Tensors a module holds outside its state_dict (non-persistent buffers, plain attributes):
-    torch.jit.trace bakes them in, so they must not be random."""
+def _tensor_attrs(model, plain_only=False):
+    """Tensors a module holds outside its state_dict (non-persistent buffers and, or only, plain
+    attributes): torch.jit.trace bakes them in, so they must not be random unless the task gives
+    them (a plain attribute: [kernelbench] attributes)."""
     out = {}
     keys = set(model.state_dict().keys())
     for mname, mod in model.named_modules():
-        for k, v in list(mod._buffers.items()) + [(k, v) for k, v in vars(mod).items()
-                                                   if isinstance(v, torch.Tensor)]:
+        buffers = [] if plain_only else list(mod._buffers.items())
+        for k, v in buffers + [(k, v) for k, v in vars(mod).items()
+                               if isinstance(v, torch.Tensor)]:
             path = f"{mname}.{k}" if mname else k
             if isinstance(v, torch.Tensor) and path not in keys:
                 out[path] = v
     return out
+
+
+def _parent(root, path):
+    """(module, attribute name) of a dotted path."""
+    *mods, leaf = path.split(".")
+    for part in mods:
+        root = getattr(root, part)
+    return root, leaf
+
+
+def set_attrs(dst, src, paths):
+    """dst's plain tensor attributes at `paths` made copies of src's."""
+    for path in paths:
+        mod, leaf = _parent(dst, path)
+        setattr(mod, leaf, getattr(*_parent(src, path)).detach().clone())
+
+
+def as_buffers(model, paths):
+    """model with the plain tensor attributes at `paths` registered as buffers, so a trace keeps
+    them as the module's tensors (settable, as params are) rather than as constants."""
+    for path in paths:
+        mod, leaf = _parent(model, path)
+        value = getattr(mod, leaf)
+        delattr(mod, leaf)
+        mod.register_buffer(leaf, value)
+    return model
 
 
 def _same(a, b):
@@ -96,11 +124,13 @@ def _sibling_weight(key, state):
 
 def declare_params(model, twin, inits, input_names):
     """Task params for the Model's float32 parameters (its state_dict entries that are
-    nn.Parameters, tied ones under each key). Returns (Mapper with the params, [(state_dict key,
-    param name)], notes). Everything else stays in the module as the Model makes it, and must be
-    the same on both builds: a parameter Kiln cannot draw, and every buffer (a BatchNorm's running
-    statistics, which a training-mode forward updates in place: as task params they would be
-    changed by every reference call)."""
+    nn.Parameters, tied ones under each key) and for its random plain tensor attributes (an RNN's
+    h0 drawn in __init__: a submission is given them by attribute path). Returns (Mapper with the
+    params, [(state_dict key, param name)], [(attribute path, param name)], notes). Everything
+    else stays in the module as the Model makes it, and must be the same on both builds: a
+    parameter Kiln cannot draw, and every buffer (a BatchNorm's running statistics, which a
+    training-mode forward updates in place: as task params they would be changed by every
+    reference call)."""
     m = Mapper(None, {}, inits, "")
     m.names.update(input_names)
     state = model.state_dict(keep_vars=True)
@@ -126,21 +156,36 @@ def declare_params(model, twin, inits, input_names):
             keep(key, t, b)
             continue
         pairs.append((key, name))
-    twin_attrs = _tensor_attrs(twin)
+    twin_attrs, plain = _tensor_attrs(twin), _tensor_attrs(model, plain_only=True)
+    attrs = []
     for path, t in _tensor_attrs(model).items():
-        if path in twin_attrs and not _same(t, twin_attrs[path]):
-            raise Blocked("init", "a random tensor outside the state_dict",
-                          f"Model.{path} differs between two builds and is no param a task can "
-                          "give (a non-persistent buffer or a plain attribute)")
+        if path not in twin_attrs or _same(t, twin_attrs[path]):
+            continue
+        why = None
+        if path in plain and t.dtype == torch.float32:
+            try:
+                attrs.append((path, m.declare_param(ParamRef(path, t)).name))
+                continue
+            except Blocked as b:
+                why = b.detail
+        raise Blocked("init", "a random tensor outside the state_dict",
+                      f"Model.{path} differs between two builds and is no param a task can "
+                      "give (a non-persistent buffer, or a plain attribute Kiln cannot draw" +
+                      (f": {why})" if why else ")"))
     notes = [f"kept in the module as the Model makes them: {', '.join(kept[:6])}"
              + (f" (+{len(kept) - 6})" if len(kept) > 6 else "")] if kept else []
-    return m, pairs, notes
+    if attrs:
+        notes.append("given by attribute path (random plain tensors of the Model): " +
+                     ", ".join(p for p, _ in attrs))
+    return m, pairs, attrs, notes
 
 
-def trace_module(model, items, tensors, casts, device):
-    """TorchScript of the flat wrapper, traced on `device`; warnings torch.jit gives are kept."""
+def trace_module(model, items, tensors, casts, device, buffers=()):
+    """TorchScript of the flat wrapper, traced on `device`, the plain attributes at `buffers`
+    traced as buffers; warnings torch.jit gives are kept."""
     try:
-        wrapper = flat_wrapper(copy.deepcopy(model).to(device), items, casts)
+        wrapper = flat_wrapper(as_buffers(copy.deepcopy(model), buffers).to(device), items,
+                               casts)
     except Exception as e:
         raise Blocked("module", "the Model cannot be copied for tracing", _short(e))
     args = tuple(x.to(device) for x in tensors)
@@ -247,7 +292,11 @@ def map_module(prob, conf, why):
         inputs.append(dict(name=name, shape=list(t.shape), **d))
     bool_inputs = {n for n, c in zip(names, casts) if c == torch.bool}
     int64_inputs = [n for n, c in zip(names, casts) if c == torch.int64]
-    m, pairs, notes = declare_params(model, twin, describe_all(model, prec), names)
+    inits = describe_all(model, prec)
+    inits.update({p: describe_init(t, prec)
+                  for p, t in _tensor_attrs(model, plain_only=True).items()})
+    m, pairs, attrs, notes = declare_params(model, twin, inits, names)
+    attr_paths = [p for p, _ in attrs]
     res["notes"] += notes
     redrawn, redrawn_params = redraw.apply(conf.get("redraw"), inputs, m.params,
                                            bool_inputs | set(int64_inputs))
@@ -260,6 +309,7 @@ def map_module(prob, conf, why):
     with torch.no_grad():
         try:
             model.to(device)
+            before = {p: t.clone() for p, t in _tensor_attrs(model, plain_only=True).items()}
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             t0 = time.perf_counter()
@@ -272,6 +322,12 @@ def map_module(prob, conf, why):
             raise
         except Exception as e:
             raise Blocked("load", "Model.forward fails here", _short(e))
+        after = _tensor_attrs(model, plain_only=True)
+        for path, t in before.items():
+            if path not in after or not _same(t, after[path]):
+                raise Blocked("random", "forward changes the Model's own state",
+                              f"Model.{path} is another tensor after a call: two calls on the "
+                              "same inputs compute two outputs, which no reference can check")
         for k, (a, b) in enumerate(zip(ys, again)):
             if not a.is_floating_point() or a.dtype != torch.float32:
                 raise Blocked("module", "an output that is not float32",
@@ -285,6 +341,7 @@ def map_module(prob, conf, why):
         # build given the first's state_dict must compute the same.
         try:
             twin.load_state_dict(model.state_dict())
+            set_attrs(twin, model, attr_paths)
             other = call(twin.to(device))
         except Exception as e:
             raise Blocked("load", "a second build of the Model does not run", _short(e))
@@ -296,15 +353,15 @@ def map_module(prob, conf, why):
                               "(a random attribute or number) that a submission's Model would "
                               "draw otherwise")
         del twin, other, again
-    traced, said = trace_module(model.cpu(), items, example, casts, device)
+    traced, said = trace_module(model.cpu(), items, example, casts, device, attr_paths)
     if said:
         res["notes"].append("torch.jit.trace warned: " + "; ".join(said[:2]))
     follows_the_model(traced, model.to(device), items, [x.to(device) for x in example], casts,
                       inputs)
-    keys = [k for k, _ in pairs]
+    keys = [k for k, _ in pairs + attrs]  # the attributes are the traced module's buffers
     blob = blob_with_placeholders(traced, keys, device)
     outs = [f"y{k}" for k in range(len(ys))] if len(ys) > 1 else ["y"]
-    arg_names = names + [n for _, n in pairs]
+    arg_names = names + [n for _, n in pairs + attrs]
     ops = [{"out": o, "op": "pytorch_module", "args": arg_names,
             "attrs": {"inputs": len(names), "state_dict": " ".join(PREFIX + k for k in keys),
                       "output": k, "shape": list(y.shape), "torchscript": blob}}
@@ -314,9 +371,9 @@ def map_module(prob, conf, why):
             + "; ".join(f"{b['what']}" for b in why[:3]))
     desc += describe_scaling(scaling, conf["scale_batch"]) + redrawn
     params = m.params
-    param_paths = dict((n, k) for k, n in pairs)
+    param_paths = dict((n, k) for k, n in pairs + attrs)
     kb, kb_blockers = kernelbench_table(source, init_items, items, names, bool_inputs, params,
-                                        param_paths, model)
+                                        param_paths, model, attributes=set(attr_paths))
     if kb_blockers:
         raise kb_blockers[0]
     if int64_inputs:

@@ -1,5 +1,5 @@
-# The initial state is a random plain attribute (outside the state_dict): a task cannot give it to a
-# submission, whose Model would draw its own, so the importer refuses it with that reason.
+# The initial state is a random plain attribute (outside the state_dict): the task draws it and gives
+# it to a submission by its attribute path ([kernelbench] attributes), as it gives params by key.
 import torch
 import torch.nn as nn
 
