@@ -115,9 +115,9 @@ void parse_init(const std::string& s, tensor_decl& d, const std::string& at) {
 }
 
 tensor_decl parse_decl(const json& j, const std::string& at, bool is_param) {
-  check_keys(j, at,
-             {"name", "shape", "init", "of", "scale", "shift", "random_scale", "softmax",
-              "structure"});
+  check_keys(
+      j, at,
+      {"name", "shape", "init", "of", "scale", "shift", "random_scale", "softmax", "structure"});
   tensor_decl d;
   d.name = str(need(j, "name", at), at + ".name");
   d.shape = shape(need(j, "shape", at), at + ".shape");

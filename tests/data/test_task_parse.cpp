@@ -78,8 +78,8 @@ TEST_CASE("draw modifiers parse, round trip, and move the hash only when present
   REQUIRE_MESSAGE(again.has_value(), (again ? "" : again.message()));
   CHECK(task_to_json(*again) == j);
   CHECK(content_hash(*t) != content_hash(*plain));
-  auto dist = task_from_toml(replace(kGemm, "init = \"uniform\"", "init = \"uniform\"\nsoftmax = true"),
-                             "t.toml");
+  auto dist = task_from_toml(
+      replace(kGemm, "init = \"uniform\"", "init = \"uniform\"\nsoftmax = true"), "t.toml");
   REQUIRE_MESSAGE(dist.has_value(), (dist ? "" : dist.message()));
   CHECK(dist->inputs[0].softmax);
   CHECK(task_to_json(*dist)["inputs"][0]["softmax"] == true);
@@ -291,14 +291,19 @@ model_keys = ["gemm.weight", "gemm.bias"]
             .find("kernelbench.int64_inputs: 'nope' is not an input") != std::string::npos);
   // a param given by attribute path (a random plain tensor of the Model), not by state_dict key
   auto by_attr = replace(kb, R"(state_dict = { w = "gemm.weight", b = "gemm.bias" })",
-                         R"(state_dict = { w = "gemm.weight" })" "\n" R"(attributes = { b = "h0" })");
+                         R"(state_dict = { w = "gemm.weight" })"
+                         "\n"
+                         R"(attributes = { b = "h0" })");
   auto with_attr = task_from_toml(by_attr, "kb.toml");
   REQUIRE_MESSAGE(with_attr, with_attr.message());
   CHECK(nlohmann::json::parse(with_attr->kernelbench_json)["attributes"]["b"] == "h0");
-  auto twice = task_from_toml(replace(kb, "model_keys", R"(attributes = { b = "h0" })" "\nmodel_keys"),
+  auto twice = task_from_toml(replace(kb, "model_keys",
+                                      R"(attributes = { b = "h0" })"
+                                      "\nmodel_keys"),
                               "kb.toml");
   REQUIRE_FALSE(twice);
   CHECK(twice.message().find("kernelbench.attributes.b: also in state_dict") != std::string::npos);
-  CHECK(err("model_keys", R"(attributes = { q = "h0" })" "\nmodel_keys")
+  CHECK(err("model_keys", R"(attributes = { q = "h0" })"
+                          "\nmodel_keys")
             .find("kernelbench.attributes.q: not a param of the task") != std::string::npos);
 }
