@@ -1031,6 +1031,20 @@ class InProcess(unittest.TestCase):
         self.assertEqual(ns["batch_size"], 20)
         self.assertEqual(source, code.replace("n * 2  #", "20  #"))
 
+    def test_rearrange_shim_splits_merges_and_reorders(self):
+        from kernelbench.compat import rearrange
+        x = torch.arange(2 * 6 * 3 * 4.0).reshape(2, 6, 3, 4)
+        self.assertTrue(torch.equal(rearrange(x, "b (c l) ... -> b c l ...", l=3),
+                                    x.reshape(2, 2, 3, 3, 4)))
+        self.assertTrue(torch.equal(rearrange(x, "b c l h -> b h c l"), x.permute(0, 3, 1, 2)))
+        self.assertTrue(torch.equal(rearrange(x, "b c l h -> b (c l) h"), x.reshape(2, 18, 4)))
+        self.assertTrue(torch.equal(rearrange(x, "b c l h -> (h b) l c"),
+                                    x.permute(3, 0, 2, 1).reshape(8, 3, 6)))
+        for bad, kw in (("b (c l) -> b c l", {"l": 4}), ("b c -> b", {}), ("b c l h -> b c l", {}),
+                        ("b (c (l)) h p -> b", {})):
+            with self.assertRaises(ValueError, msg=bad):
+                rearrange(x, bad, **kw)
+
     def test_refused_for_nature_or_not_yet(self):
         def r(status, *blockers, **kv):
             return dict(status=status, blockers=[dict(kind=k, what=w) for k, w in blockers], **kv)

@@ -1,8 +1,14 @@
-"""Functions a KernelBench problem may call that are newer than this machine's torch (Debian's
-1.13), supplied as their documented math where torch lacks them, so such problems import here
-too. Nothing is replaced where torch has its own. Both forms trace through them (torch.fx into
-spec v1 ops, torch.jit.trace into the module), so the task is the same math either way."""
+"""Functions a KernelBench problem may call that this machine lacks, supplied as their documented
+math where they are missing, so such problems import here too: torch 2.0's
+F.scaled_dot_product_attention (Debian's torch is 1.13), and einops.rearrange (Debian does not
+package einops; KernelBench's Mamba2 imports it). Nothing is replaced where the real one exists.
+Both forms trace through them (torch.fx into spec v1 ops, torch.jit.trace into the module: a
+rearrange is a reshape and a permute), so the task is the same math either way."""
+import importlib.util
 import math
+import re
+import sys
+import types
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +32,74 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return torch.matmul(torch.softmax(scores, dim=-1), value)
 
 
+def _groups(side):
+    """'b (c l) ... h' -> [['b'], ['c', 'l'], ['...'], ['h']]."""
+    out, group = [], None
+    for tok in re.findall(r"\(|\)|\.\.\.|\w+|\S", side):
+        if tok == "(":
+            if group is not None:
+                raise ValueError(f"rearrange: nested parentheses in '{side}'")
+            group = []
+        elif tok == ")":
+            if group is None:
+                raise ValueError(f"rearrange: unbalanced ')' in '{side}'")
+            out.append(group)
+            group = None
+        elif tok == "..." or re.fullmatch(r"\w+", tok):
+            if group is None:
+                out.append([tok])
+            else:
+                group.append(tok)
+        else:
+            raise ValueError(f"rearrange: unexpected '{tok}' in '{side}'")
+    if group is not None:
+        raise ValueError(f"rearrange: unbalanced '(' in '{side}'")
+    return out
+
+
+def rearrange(tensor, pattern, **sizes):
+    """einops.rearrange for what splits, merges and reorders axes: 'b (c l) ... -> b c l ...'
+    with l=..., 'b c l h -> b h c l'. A reshape to the elementary axes, a permute, a reshape to
+    the right side's groups."""
+    left, right = (_groups(part.strip()) for part in pattern.split("->"))
+    shape, known, elementary, ellipsis = list(tensor.shape), dict(sizes), [], []
+    fixed = sum(1 for g in left if g != ["..."])
+    if len(shape) < fixed or (len(shape) != fixed and ["..."] not in left):
+        raise ValueError(f"rearrange: '{pattern}' does not fit a tensor of shape {shape}")
+    i = 0
+    for g in left:
+        if g == ["..."]:
+            ellipsis = [f"...{k}" for k in range(len(shape) - fixed)]
+            known.update(zip(ellipsis, shape[i:i + len(ellipsis)]))
+            elementary += ellipsis
+            i += len(ellipsis)
+            continue
+        unknown = [a for a in g if a not in known]
+        part = math.prod(known[a] for a in g if a in known)
+        if len(unknown) > 1 or (unknown and shape[i] % part) or (not unknown and part != shape[i]):
+            raise ValueError(f"rearrange: cannot split axis {i} of size {shape[i]} as {g}")
+        if unknown:
+            known[unknown[0]] = shape[i] // part
+        elementary += g
+        i += 1
+    order, out_shape = [], []
+    for g in right:
+        names = ellipsis if g == ["..."] else g
+        order += names
+        out_shape += [known[a] for a in names] if g == ["..."] else \
+            [math.prod(known[a] for a in names)]
+    if sorted(order) != sorted(elementary):
+        raise ValueError(f"rearrange: '{pattern}' does not name the same axes on both sides")
+    x = tensor.reshape([known[a] for a in elementary])
+    return x.permute([elementary.index(a) for a in order]).reshape(out_shape)
+
+
 def provide():
-    """Adds what this torch lacks (once; idempotent)."""
+    """Adds what this machine lacks (once; idempotent)."""
     if not hasattr(F, "scaled_dot_product_attention"):
         F.scaled_dot_product_attention = scaled_dot_product_attention
+    if "einops" not in sys.modules and importlib.util.find_spec("einops") is None:
+        shim = types.ModuleType("einops")
+        shim.__doc__ = "Kiln's importer: einops.rearrange only (tools/kernelbench/compat.py)"
+        shim.rearrange = rearrange
+        sys.modules["einops"] = shim
