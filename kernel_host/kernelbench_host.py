@@ -143,7 +143,8 @@ def _kiln_load(bundle, inputs, params, outputs, status_addr, status_len):
                     if not isinstance(held, torch.Tensor) or list(held.shape) != d["shape"]:
                         raise RuntimeError(f"ModelNew has no tensor attribute '{path}' of shape "
                                            f"{d['shape']}")
-                    setattr(owner, leaf, _view(addr, d["shape"], torch.float32).clone())
+                    held.copy_(_view(addr, d["shape"], torch.float32))  # in place, as for
+                    # state_dict entries: an alias the Model keeps sees the task's draw too
         views = {d["name"]: _view(a, d["shape"], torch.float32)
                  for d, a in zip(spec["inputs"], inputs)}
         args = []

@@ -262,6 +262,8 @@ def modified_init(t, rec, where, depth=0):
         if d.get("structure", "none") != "none" and (
                 t.dim() < 2 or list(t.shape[-2:]) != list(x.shape[-2:])):
             blocked(f"{name} that splits the matrices of a {d['structure']} tensor")
+        if d.get("softmax") and (t.dim() < 1 or t.shape[-1] != x.shape[-1]):
+            blocked(f"{name} that splits or joins the rows of a softmax")
         return d
     if name == "softmax" and len(tensors) == 1 and args[0] is x:
         dim = kwargs.get("dim", args[1] if len(args) > 1 else None)

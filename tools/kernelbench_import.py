@@ -209,8 +209,9 @@ def refused_for(r):
     None for a task."""
     if r["status"] in ("imported", "mappable"):
         return None
-    if r["status"] == "degenerate" and "redraws_tried" in r:
-        return "nature"
+    if r["status"] == "degenerate" and "redraw_outcomes" in r and \
+            all(o == "degenerate" for o in r["redraw_outcomes"]):
+        return "nature"  # not where a redraw failed for this machine's reasons (memory, time)
     blockers = r.get("blockers") or []
     if r["status"] == "rejected" and blockers and all(
             b["kind"] == "random" or b["what"] == "ill-conditioned in float32" for b in blockers):

@@ -1031,6 +1031,18 @@ class InProcess(unittest.TestCase):
         self.assertEqual(ns["batch_size"], 20)
         self.assertEqual(source, code.replace("n * 2  #", "20  #"))
 
+    def test_softmax_draw_and_the_reshapes_that_keep_its_rows(self):
+        from kernelbench_draws import Recorder, input_init
+        with Recorder(meta=True) as rec:
+            kept = torch.rand(4, 6).softmax(-1).view(2, 2, 6)
+            split = torch.rand(4, 6).softmax(dim=-1).view(4, 3, 2)
+            other_dim = torch.rand(4, 6).softmax(dim=0)
+        self.assertEqual(input_init(kept, rec, "input 0"), {"init": "uniform", "softmax": True})
+        for t in (split, other_dim):
+            with self.assertRaises(ki.Blocked) as cm:
+                input_init(t, rec, "input 1")
+            self.assertIn("softmax", cm.exception.detail)
+
     def test_rearrange_shim_splits_merges_and_reorders(self):
         from kernelbench.compat import rearrange
         x = torch.arange(2 * 6 * 3 * 4.0).reshape(2, 6, 3, 4)
@@ -1049,7 +1061,11 @@ class InProcess(unittest.TestCase):
         def r(status, *blockers, **kv):
             return dict(status=status, blockers=[dict(kind=k, what=w) for k, w in blockers], **kv)
         self.assertIsNone(ki.refused_for(r("imported")))
-        self.assertEqual(ki.refused_for(r("degenerate", redraws_tried=3)), "nature")
+        self.assertEqual(ki.refused_for(r("degenerate", redraw_outcomes=["degenerate"] * 3)),
+                         "nature")
+        self.assertEqual(ki.refused_for(r("degenerate", redraw_outcomes=["degenerate",
+                                                                           "too_large"])),
+                         "not_yet")  # a redraw the machine could not check says nothing
         self.assertEqual(ki.refused_for(r("degenerate")), "not_yet")  # --keep-draws: not tried
         self.assertEqual(ki.refused_for(r("rejected", ("random", "forward is not deterministic"))),
                          "nature")

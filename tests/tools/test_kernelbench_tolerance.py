@@ -47,6 +47,17 @@ class Sliced(unittest.TestCase):
         self.assertEqual(res_whole["float32_gap"], res_sliced["float32_gap"])
         self.assertGreater(res_sliced["float32_gap"], 0)
 
+    def test_a_nan_in_a_later_slice_is_not_lost(self):
+        y64 = torch.zeros(10, dtype=torch.float64)
+        y32 = y64.float()
+        y32[6] = float("nan")
+        tol.SLICE = 4
+        st = state_for(["y"])
+        self.assertIsNone(tol.atol_window(st, [y32], [y64], 1e-4))
+        from kernelbench_draws import Blocked
+        with self.assertRaises(Blocked):  # the gap is not finite: ill-conditioned
+            tol.float32_tolerance(st, [y32], [y64], (1e-4, 1e-4), {"rewrites": []})
+
     def test_quantile_exact_when_small_sampled_when_big(self):
         y = torch.arange(1000, dtype=torch.float32) - 500  # |y|: 0 .. 500
         exact = tol.abs_quantile(y, 0.9)

@@ -48,6 +48,8 @@ def _groups(side):
         elif tok == "..." or re.fullmatch(r"\w+", tok):
             if group is None:
                 out.append([tok])
+            elif tok == "...":
+                raise ValueError(f"rearrange: '...' inside parentheses in '{side}'")
             else:
                 group.append(tok)
         else:
@@ -62,6 +64,11 @@ def rearrange(tensor, pattern, **sizes):
     with l=..., 'b c l h -> b h c l'. A reshape to the elementary axes, a permute, a reshape to
     the right side's groups."""
     left, right = (_groups(part.strip()) for part in pattern.split("->"))
+    names = [a for g in left for a in g if a != "..."]
+    if len(set(names)) != len(names) or set(sizes) - set(names) or \
+            any(not isinstance(v, int) or v < 1 for v in sizes.values()):
+        raise ValueError(f"rearrange: '{pattern}' repeats an axis, or a size is not a positive "
+                         "int of a left-side axis")
     shape, known, elementary, ellipsis = list(tensor.shape), dict(sizes), [], []
     fixed = sum(1 for g in left if g != ["..."])
     if len(shape) < fixed or (len(shape) != fixed and ["..."] not in left):

@@ -3,8 +3,10 @@ under KernelBench's own: ReLU on torch.rand inputs is the identity (a copy passe
 torch.nn's default init forgets its input (a memorized output passes). Such a problem is imported
 again with its inputs drawn from N(0, 1), its weights by He's rule, or both; the first that the
 check accepts is written, and the task's description and the report say what was redrawn and why.
-Last, its inputs times one random scalar per draw: an output that depends on its input only
-through a mean over many elements (a global average pool) is the same on every i.i.d. draw.
+Not tried: scaling each draw by one random scalar, which would let an output that sees its
+input only through a mean over many elements (a global average pool) change between draws, but
+leaves every batch row the same function of that one scalar: a kernel could compute one row, or
+look the scalar up in a table made offline, and pass.
 The Model, its shapes and its work are unchanged: only the values Kiln draws for it.
 
 degenerate result -> each variant: the mapper changes the declared draws -> the whole check again
@@ -17,7 +19,7 @@ from kernelbench_draws import Blocked
 # torch.nn's kaiming_uniform_(a=sqrt(5)) draws weights of variance 1 / (3 fan_in), so a ReLU
 # network's signal shrinks about sixfold per layer; He's N(0, 2 / fan_in) keeps it.
 HE_GAIN = math.sqrt(2)
-VARIANTS = ("normal_inputs", "he_weights", "normal_inputs+he_weights", "scaled_inputs")
+VARIANTS = ("normal_inputs", "he_weights", "normal_inputs+he_weights")
 _PLAIN = ("scale", "shift", "random_scale", "softmax", "structure")  # modifiers: such a draw is kept as made
 
 
@@ -28,20 +30,6 @@ def _normal_inputs(inputs, skip):
         if d["name"] in skip or d.get("init") != "uniform" or any(k in d for k in _PLAIN):
             continue
         d["init"] = "normal"
-        changed.append(d["name"])
-    return changed
-
-
-def _scaled_inputs(inputs, skip):
-    """Inputs drawn U[0, 1) with no modifier, times one U[0, 1) scalar drawn with each
-    (random_scale): an output that depends on its input only through a mean over many elements
-    (a global average pool, a sum of sigmoids) is the same on every i.i.d. draw, not on these.
-    Their names."""
-    changed = []
-    for d in inputs:
-        if d["name"] in skip or d.get("init") != "uniform" or any(k in d for k in _PLAIN):
-            continue
-        d["random_scale"] = True
         changed.append(d["name"])
     return changed
 
@@ -67,11 +55,6 @@ def apply(redraw, inputs, params, skip=()):
         return "", set()
     variant, why = redraw
     said, weights = [], []
-    if variant == "scaled_inputs":
-        names = _scaled_inputs(inputs, set(skip))
-        if not names:
-            raise Blocked("redraw", f"{variant}: nothing to redraw", "no input drawn U[0, 1)")
-        said.append(f"input {', '.join(names)} drawn U[0, 1) times one U[0, 1) scalar per draw")
     if "normal_inputs" in variant:
         names = _normal_inputs(inputs, set(skip))
         if not names:

@@ -32,6 +32,13 @@ def slices(a, *others):
         yield tuple(t[i:i + SLICE].to(a.device, torch.float64) for t in flat)
 
 
+def _max(values):
+    """The largest of the slices' maxima; NaN if any is (Python's max() would drop one that is
+    not first)."""
+    values = list(values)
+    return math.nan if any(math.isnan(v) for v in values) else max(values)
+
+
 def abs_quantile(y, q):
     """The q-quantile of |y|: exact up to QUANTILE_SAMPLE elements, past that over an evenly
     spaced sample of them (deterministic; a heuristic's cap needs no more)."""
@@ -56,8 +63,8 @@ def atol_window(state, ys32, ys64, rtol):
     for _, a, b in _float_outputs(state, ys32, ys64):
         if not a.numel():
             return None
-        worst = max((ATOL_MARGIN * (x - y).abs() - rtol * y.abs()).max().item()
-                    for x, y in slices(a, b))
+        worst = _max((ATOL_MARGIN * (x - y).abs() - rtol * y.abs()).max().item()
+                     for x, y in slices(a, b))
         q90 = abs_quantile(a, 0.9)
         if not math.isfinite(worst) or not math.isfinite(q90):
             return None
@@ -78,6 +85,10 @@ def float64_outputs(model, run, tensors, res, tries=None):
         torch.set_default_dtype(torch.float64)  # tensors the forward makes itself
         try:
             model64 = copy.deepcopy(model).to(device=dev, dtype=torch.float64)
+            for mod in model64.modules():  # plain tensor attributes (an RNN's h0) too
+                for k, v in list(vars(mod).items()):
+                    if isinstance(v, torch.Tensor) and v.is_floating_point():
+                        setattr(mod, k, v.to(dev, torch.float64))
             args = [x.to(dev, torch.float64) if x.is_floating_point() else x.to(dev)
                     for x in tensors]
             return run(model64, args)
@@ -105,7 +116,7 @@ def float32_tolerance(state, ys32, ys64, default, res):
         return None
     worst, where = 0.0, None
     for name, a, b in _float_outputs(state, ys32, ys64):
-        need = max((2 * (x - y).abs() / (1 + y.abs())).max().item() for x, y in slices(a, b)) \
+        need = _max((2 * (x - y).abs() / (1 + y.abs())).max().item() for x, y in slices(a, b)) \
             if a.numel() else 0.0
         if not math.isfinite(need) or need > worst:
             worst, where = (need if math.isfinite(need) else math.inf), name

@@ -164,7 +164,7 @@ def import_problem(prob, conf, limits):
     if res["status"] != "degenerate" or conf.get("keep_draws"):
         return res
     why = (res.get("degenerate") or ["degenerate"])[0]
-    tried = []
+    tried, outcomes = [], []
     for variant in redraw.VARIANTS:
         again = import_sized(prob, dict(conf, redraw=(variant, why)), limits)
         if again["status"] == "imported":
@@ -175,9 +175,10 @@ def import_problem(prob, conf, limits):
             return again
         if not any(b.get("kind") == "redraw" for b in again.get("blockers", [])):
             tried.append(f"{variant}: {_outcome(again)}")
+            outcomes.append(again["status"])
     if tried:
         res["notes"].append("redrawn by Kiln, still not a task: " + "; ".join(tried))
-    res["redraws_tried"] = len(tried)
+    res["redraw_outcomes"] = outcomes  # each variant that changed a draw: what it came to
     return res
 
 
