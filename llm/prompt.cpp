@@ -139,6 +139,11 @@ std::string llm_task_prompt(const task& t, backend_kind backend, llm_answer_form
     if (kb.is_object() && kb.contains("state_dict") && kb["state_dict"].is_object())
       for (const auto& [param, key] : kb["state_dict"].items())
         o << "# params: " << param << " is " << key.get<std::string>() << "\n";
+    // A random plain tensor the Model draws in __init__ (an RNN's h0): set on ModelNew by path.
+    if (kb.is_object() && kb.contains("attributes") && kb["attributes"].is_object())
+      for (const auto& [param, path] : kb["attributes"].items())
+        o << "# params: " << param << " is the plain tensor attribute " << path.get<std::string>()
+          << " (not in the state_dict)\n";
     for (const auto& op : t.ops)
       o << "# " << op.out << ": " << to_string(op.shape) << (op.is_index ? " int64" : "") << "\n";
   } else {

@@ -130,16 +130,21 @@ init = "normal"
 name = "fc_weight"
 shape = [2, 8]
 init = "kaiming_uniform"
+[[params]]
+name = "h0"
+shape = [4, 2]
+init = "normal"
 [[ops]]
 out = "y"
 op = "pytorch_module"
-args = ["x", "fc_weight"]
-attrs = { inputs = 1, state_dict = "fc.weight", shape = [4, 2], torchscript = "UEsDBAAAAAAAAA==" }
+args = ["x", "fc_weight", "h0"]
+attrs = { inputs = 1, state_dict = "fc.weight h0", shape = [4, 2], torchscript = "UEsDBAAAAAAAAA==" }
 [kernelbench]
 source = "class Model(nn.Module):\n    def forward(self, x):\n        return self.fc(x)\n"
 init_inputs = []
 forward = [{ input = "x" }]
 state_dict = { fc_weight = "fc.weight" }
+attributes = { h0 = "h0" }
 model_keys = ["fc.weight"]
 )",
                           "inline.toml");
@@ -149,6 +154,8 @@ model_keys = ["fc.weight"]
   CHECK(p.find("the forward of this PyTorch module") != std::string::npos);
   CHECK(p.find("        return self.fc(x)\n") != std::string::npos);
   CHECK(p.find("# params: fc_weight is fc.weight") != std::string::npos);
+  CHECK(p.find("# params: h0 is the plain tensor attribute h0 (not in the state_dict)") !=
+        std::string::npos);
   CHECK(p.find("# y: [4, 2]") != std::string::npos);
   CHECK(p.find("UEsDB") == std::string::npos);
   CHECK(p.find("pytorch_module") == std::string::npos);
