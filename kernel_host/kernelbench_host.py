@@ -128,23 +128,24 @@ def _kiln_load(bundle, inputs, params, outputs, status_addr, status_len):
             raise RuntimeError(f"ModelNew's state_dict has entries the problem's Model has not: "
                                f"{unexpected}")
         with torch.no_grad():
+            # Each param into ModelNew in place: by its state_dict key, or (a random plain tensor
+            # the Model draws, an RNN's h0) by its attribute path; one an importer rewrite made
+            # (a mask) has neither: the Model never held it.
             for d, addr in zip(spec["params"], params):
                 key = kb["state_dict"].get(d["name"])
-                if key is None:  # made by an importer rewrite, not held by the Model
-                    continue
-                if key not in state:
-                    raise RuntimeError(f"ModelNew has no state_dict entry '{key}'")
-                state[key].copy_(_view(addr, d["shape"], torch.float32).view(state[key].shape))
-            for d, addr in zip(spec["params"], params):  # random plain tensors the Model draws
                 path = kb.get("attributes", {}).get(d["name"])
-                if path is not None:
-                    owner, leaf = _owner(model, path)
-                    held = getattr(owner, leaf, None)
+                if key is not None:
+                    if key not in state:
+                        raise RuntimeError(f"ModelNew has no state_dict entry '{key}'")
+                    held = state[key]
+                elif path is not None:
+                    held = getattr(*_owner(model, path), None)
                     if not isinstance(held, torch.Tensor) or list(held.shape) != d["shape"]:
                         raise RuntimeError(f"ModelNew has no tensor attribute '{path}' of shape "
                                            f"{d['shape']}")
-                    held.copy_(_view(addr, d["shape"], torch.float32))  # in place, as for
-                    # state_dict entries: an alias the Model keeps sees the task's draw too
+                else:
+                    continue
+                held.copy_(_view(addr, d["shape"], torch.float32).view(held.shape))
         views = {d["name"]: _view(a, d["shape"], torch.float32)
                  for d, a in zip(spec["inputs"], inputs)}
         args = []

@@ -1097,7 +1097,7 @@ class InProcess(unittest.TestCase):
         # above the problem's own
         code1 = code.replace("batch_size = 4096", "batch_size = 8")
         ns, scaling, _ = ki.exec_problem(code1, "p.py", 1 / 256, min_batch=2)
-        self.assertEqual(scaling["batch_size"], {"from": 8, "to": 2})
+        self.assertEqual(scaling["batch_size"], {"from": 8, "to": 2, "least": 2})
         self.assertIn("batch_size 8 -> 2 (--scale-batch 0.00390625, at least 2 for BatchNorm)",
                       ki.describe_scaling(scaling, 1 / 256))
         ns, _, _ = ki.exec_problem(code1.replace("batch_size = 8", "batch_size = 1"), "p.py",

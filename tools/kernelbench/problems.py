@@ -192,8 +192,11 @@ def exec_problem(code, filename, scale, sizes_too=False, min_batch=1, tie_batch=
     def scale_batch(v):
         if isinstance(v, bool) or not isinstance(v, int):
             raise Blocked("input", "batch_size is not an integer", f"batch_size = {v!r}")
-        new = max(min(v, min_batch), 1, int(round(v * scale)))
+        scaled = max(1, int(round(v * scale)))
+        new = max(min(v, min_batch), scaled)
         scaling["batch_size"] = {"from": v, "to": new}
+        if new > scaled:
+            scaling["batch_size"]["least"] = min_batch
         values.append(new)
         return new
 
@@ -300,8 +303,7 @@ def describe_scaling(scaling, scale):
     if scaling.get("batch_size"):
         b = scaling["batch_size"]
         out = f"; batch_size {b['from']} -> {b['to']} (--scale-batch {scale:g}"
-        out += ", at least 2 for BatchNorm)" if b["to"] > max(1, round(b["from"] * scale)) \
-            else ")"
+        out += f", at least {b['least']} for BatchNorm)" if "least" in b else ")"
     if scaling.get("sizes"):
         out += "; sizes " + ", ".join(f"{k} {v['from']} -> {v['to']}"
                                       for k, v in scaling["sizes"].items()) + \
