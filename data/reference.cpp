@@ -289,8 +289,9 @@ double finfo_eps(dtype t) {
 } // namespace
 
 uint64_t default_param_seed(const task& t) {
+  if (t.param_seed) return *t.param_seed;
   // Stable across runs and machines, unlike std::hash.
-  return fnv1a64(t.name) & 0x7fffffffffffull;
+  return fnv1a64(t.name) & static_cast<uint64_t>(max_param_seed);
 }
 
 std::vector<at::Tensor> make_params(const task& t, uint64_t seed, c10::Device device) {

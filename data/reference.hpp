@@ -13,7 +13,7 @@
 namespace kiln {
 
 // Params are fixed per task instance (like module weights); this seed draws them unless the
-// caller picks another.
+// caller picks another: the task's param_seed where it has one, else a hash of its name.
 uint64_t default_param_seed(const task& t);
 
 // Tensors on `device` in the task dtype. Deterministic for a seed on a given device type.

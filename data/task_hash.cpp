@@ -103,6 +103,7 @@ std::string canonical(const task& t, bool with_sizes) {
   if (with_sizes)
     s += "tol " + real_text(t.tol.atol) + " " + real_text(t.tol.rtol) +
          (t.tol.reduced_precision ? " reduced\n" : " exact\n");
+  if (with_sizes && t.param_seed) s += "param_seed " + std::to_string(*t.param_seed) + "\n";
   auto decl = [&](const char* what, const tensor_decl& d) {
     s += std::string(what) + " " + name_of(d.name) + " ";
     s += with_sizes ? to_string(d.shape) : "r" + std::to_string(d.shape.size());

@@ -221,7 +221,7 @@ std::string parse_kernelbench(const json& kb, const task& t) {
 task parse(const json& j, const std::string& origin) {
   check_keys(j, "",
              {"name", "level", "dtype", "outputs", "tolerance", "inputs", "params", "ops",
-              "description", "kernelbench"});
+              "description", "kernelbench", "param_seed"});
   task t;
   t.origin = origin;
   t.name = str(need(j, "name", ""), "name");
@@ -230,6 +230,13 @@ task parse(const json& j, const std::string& origin) {
     t.level = static_cast<int>(integer(need(j, "level", ""), "level"));
     t.type = j.contains("dtype") ? parse_dtype(str(j["dtype"], "dtype"), "dtype") : dtype::float32;
     t.outputs = strings(need(j, "outputs", ""), "outputs");
+    if (j.contains("param_seed")) {
+      int64_t seed = integer(j["param_seed"], "param_seed");
+      if (seed < 0 || seed > max_param_seed)
+        fail("param_seed", "expected 0 <= param_seed <= " + std::to_string(max_param_seed) +
+                               ", got " + std::to_string(seed));
+      t.param_seed = static_cast<uint64_t>(seed);
+    }
     t.tol = default_tolerance(t.type);
     if (j.contains("tolerance")) {
       const auto& tol = j["tolerance"];
@@ -364,6 +371,7 @@ json task_to_json(const task& t) {
   j["level"] = t.level;
   j["dtype"] = to_string(t.type);
   j["outputs"] = t.outputs;
+  if (t.param_seed) j["param_seed"] = *t.param_seed;
   j["tolerance"] = {{"atol", t.tol.atol}, {"rtol", t.tol.rtol}};
   if (t.tol.reduced_precision) j["tolerance"]["reduced_precision"] = true;
   auto decl = [](const tensor_decl& d) {
@@ -407,7 +415,9 @@ std::string task_to_toml(const task& t) {
   out << "name = " << q(t.name) << "\nlevel = " << t.level << "\ndtype = " << q(to_string(t.type))
       << "\noutputs = [";
   for (std::size_t i = 0; i < t.outputs.size(); ++i) out << (i ? ", " : "") << q(t.outputs[i]);
-  out << "]\n\n[tolerance]\natol = " << to_string(attr_value(t.tol.atol))
+  out << "]\n";
+  if (t.param_seed) out << "param_seed = " << *t.param_seed << "\n";
+  out << "\n[tolerance]\natol = " << to_string(attr_value(t.tol.atol))
       << "\nrtol = " << to_string(attr_value(t.tol.rtol)) << "\n";
   if (t.tol.reduced_precision) out << "reduced_precision = true\n";
   auto decl = [&](const char* section, const tensor_decl& d) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -81,6 +82,9 @@ struct tolerance {
 };
 tolerance default_tolerance(dtype t);
 
+// Param seeds are 47-bit, as default_param_seed masks a name's hash.
+constexpr int64_t max_param_seed = 0x7fffffffffff;
+
 struct task {
   std::string name;
   int level = 1;
@@ -91,6 +95,10 @@ struct task {
   std::vector<tensor_decl> params;
   std::vector<op_node> ops;
   std::string origin; // "file.toml" or "file.jsonl:LINE", for error messages
+  // The seed the params are drawn from, where the task names one (an import that drew a problem's
+  // params again because the name's seed made it degenerate); else one derived from the name
+  // (default_param_seed). Hashed: it changes the numbers.
+  std::optional<uint64_t> param_seed;
   // A KernelBench import's [kernelbench] table, as JSON text ("" when the task has none): the
   // problem's source and how its Model is built, called and given the task's params, so a
   // ModelNew submission (submission/kind_kernelbench.cpp) runs against the task. Not hashed: it

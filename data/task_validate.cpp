@@ -30,7 +30,9 @@ validation validate_task(const task& t, const validate_options& opts) {
       return v;
     }
     if (opts.digest_samples > 0) {
-      // Inputs and params only need enough samples to show they were drawn alike.
+      // Inputs and params only need enough samples to show they were drawn alike; taken after
+      // the reference ran, so a reference that writes into its params or inputs (a module's
+      // forward that updates its own state) shows as a redraw that differs from Kiln's.
       const int64_t few = std::min<int64_t>(opts.digest_samples, 32);
       for (size_t i = 0; i < params.size(); ++i)
         v.digest_params.push_back(digest_of(t.params[i].name, params[i], few));
@@ -52,6 +54,7 @@ validation validate_task(const task& t, const validate_options& opts) {
     std::sort(ms.begin(), ms.end());
     v.eager_ms = ms[ms.size() / 2];
     inputs.clear();
+    params.clear(); // check_degeneracy draws its own: never two copies of a task's weights
     auto deg = check_degeneracy(t, opts.device, opts.degeneracy_seeds);
     if (!deg) {
       v.verdict = deg.message();

@@ -1,6 +1,7 @@
 #include "kernel_host/python_host.hpp"
 
-#include "kernel_host/kernelbench_host_py.hpp" // generated: the script's text
+#include "kernel_host/kernelbench_compat_py.hpp" // generated: tools/kernelbench/compat.py
+#include "kernel_host/kernelbench_host_py.hpp"   // generated: the script's text
 
 #include <cstdint>
 #include <cstdio>
@@ -87,6 +88,11 @@ status start_python_host(const std::string& library, const std::string& sys_path
     if (!set_path || py.run(set_path->c_str(), nullptr) != 0)
       return error{"cannot set the interpreter's sys.path to " + sys_path};
   }
+  // The shims first, as the importer had them when it traced the problem's Model.
+  if (py.run(kernelbench_compat_py, nullptr) != 0 || py.run("provide()", nullptr) != 0)
+    return error{"the KernelBench shims (tools/kernelbench/compat.py) fail to start (is torch "
+                 "importable by " +
+                 library + "?)"};
   if (py.run(kernelbench_host_py, nullptr) != 0)
     return error{"the host script fails to start (is torch importable by " + library + "?)"};
   return run("_kiln_start(" + std::to_string(threads) + ", " + std::to_string(cuda_device) + ")",

@@ -48,8 +48,18 @@ if cuda:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ["TORCH_CUDA_ARCH_LIST"] = spec["cuda_arch"]
 
+import importlib.util  # noqa: E402
+
 import torch  # noqa: E402
 import torch.utils.cpp_extension as cpp  # noqa: E402
+
+# What a KernelBench problem may call that this machine lacks (einops.rearrange, torch 2's SDPA),
+# as the importer supplied it when it traced the problem's Model (tools/kernelbench/compat.py;
+# python -I keeps this folder off sys.path, so it is loaded by its file).
+_compat = importlib.util.spec_from_file_location("kiln_compat", "compat.py")
+compat = importlib.util.module_from_spec(_compat)
+_compat.loader.exec_module(compat)
+compat.provide()
 
 built = {}  # extension name -> {"file": path in the bundle, "python_module": bool}
 real = {"load_inline": cpp.load_inline, "load": cpp.load}

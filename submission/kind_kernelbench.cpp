@@ -12,7 +12,8 @@
 #include "submission/submission_kind.hpp"
 
 #include "compile/torch_python.hpp"
-#include "submission/kernelbench_build_py.hpp" // generated: the build script's text
+#include "submission/kernelbench_build_py.hpp"  // generated: the build script's text
+#include "submission/kernelbench_compat_py.hpp" // generated: tools/kernelbench/compat.py
 
 #include <algorithm>
 #include <cstdlib>
@@ -97,7 +98,9 @@ expected<built_artifact> build(const compile_request& r, const build_options& op
     // Importing a CUDA build of torch maps its device libraries (several GiB of address space).
     o.memory_mib = std::max<int64_t>(o.memory_mib, 32768);
   }
-  o.job_files = {{"build.py", kernelbench_build_py}, {"spec.json", spec_json}};
+  o.job_files = {{"build.py", kernelbench_build_py},
+                 {"compat.py", kernelbench_compat_py},
+                 {"spec.json", spec_json}};
   o.artifact_extension = ".kb";
   o.flags.clear();
   o.timeout_s = 300; // torch's headers alone take ~20 s per extension on a 2-core machine

@@ -24,8 +24,9 @@ instead of running kiln), --device, --threads (LibTorch threads for kiln and tor
 (torch.compile mode), --jobs N (worker processes: they compile in parallel, time one at a time),
 --time-cap-ms, --emit DIR (one readable, runnable <task>.py per task), --out FILE, --report FILE.
 
-Method. Params are drawn with seed fnv1a64(name) & 0x7fffffffffff and inputs with seed 7, by the
-same generator calls as reference.cpp's draw_all(), so they are bit-identical to Kiln's (a
+Method. Params are drawn with the task's param_seed (by default fnv1a64(name) & 0x7fffffffffff)
+and inputs with seed 7, by the same generator calls as reference.cpp's draw_all(), so they are
+bit-identical to Kiln's (a
 difference is reported as "inputs differ", a replication failure, not an op-semantics one). Outputs
 must match Kiln's digest: every sample within atol + rtol * |ref|, sums within atol * numel + rtol *
 abs_sum, equal shapes and non-finite counts (argmax / argmin exactly). TF32 is off, as in Kiln.
@@ -88,6 +89,17 @@ class UsageError(Exception):
 
 
 # ---------------------------------------------------------------- loading (data/task_set.cpp)
+
+def param_seed(spec):
+    """The seed Kiln draws a task's params from: its param_seed, else one from its name
+    (data/reference.cpp default_param_seed)."""
+    seed = spec.get("param_seed")
+    if seed is None:
+        return fnv1a64(spec["name"]) & 0x7FFFFFFFFFFF
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= 0x7FFFFFFFFFFF:
+        raise TaskError(f"param_seed {seed!r}: expected an integer in [0, 2^47)")
+    return seed
+
 
 def fnv1a64(text):
     h = 14695981039346656037
@@ -410,7 +422,7 @@ import torch.nn.functional as F
 NAME = {name!r}
 DTYPE = torch.{dtype}
 TOLERANCE = {{"atol": {atol!r}, "rtol": {rtol!r}}}
-PARAM_SEED = {seed}  # fnv1a64(NAME) & 0x7fffffffffff: reference.cpp default_param_seed()
+PARAM_SEED = {seed}  # the task's param_seed, else fnv1a64(NAME) & 0x7fffffffffff (reference.cpp)
 INPUT_SEED = 7  # the inputs of `kiln tasks validate --digest`
 INDEX_OUTPUTS = {index_outputs!r}  # argmax / argmin results: int64, compared exactly
 '''
@@ -748,7 +760,7 @@ def generate(task):
     decls = lambda ds: "[\n" + "".join(f"    {d!r},\n" for d in ds) + "]\n"
     src = MODULE_HEAD.format(name=name, origin=task["origin"], level=spec.get("level"),
                              dtype=dtype, sig=sig, outs=", ".join(outs), atol=atol, rtol=rtol,
-                             seed=fnv1a64(name) & 0x7FFFFFFFFFFF,
+                             seed=param_seed(spec),
                              index_outputs=sorted(index_values & set(outs)))
     src += "INPUTS = " + decls(inputs) + "PARAMS = " + decls(params) + f"OUTPUTS = {outs!r}\n"
     src += MODULE_DRAW + (MODULE_RMS if uses_rms else "")
@@ -839,18 +851,24 @@ def match_rows(tasks, rows, exact):
             t["row"] = by_name[t["name"]][0]
 
 
+SLICE = 1 << 24  # elements per float64 slice (128 MiB): KernelBench's level 1 outputs at its own
+# sizes hold 1.6 G elements, which a float64 copy of the whole would double twice over
+
+
 def digest(x, k):
-    """data/tensor_digest.cpp digest_of()."""
+    """data/tensor_digest.cpp digest_of(), its float64 sums a slice at a time."""
     flat = x.detach().reshape(-1)
     n = flat.numel()
-    if flat.is_floating_point():
-        nonfinite = n - int(torch.isfinite(flat).sum())
-        clean = torch.nan_to_num(flat, 0.0, 0.0, 0.0) if nonfinite else flat
-        s = float(clean.sum(dtype=torch.float64))
-        a = float(torch.linalg.vector_norm(clean, 1, dtype=torch.float64))
-    else:
-        nonfinite, wide = 0, flat.to(torch.float64)
-        s, a = float(wide.sum()), float(wide.abs().sum())
+    nonfinite, s, a = 0, 0.0, 0.0
+    for i in range(0, n, SLICE):
+        wide = flat[i:i + SLICE].to(torch.float64)
+        if flat.is_floating_point():
+            bad = int((~torch.isfinite(wide)).sum())
+            if bad:
+                nonfinite += bad
+                wide = torch.nan_to_num(wide, 0.0, 0.0, 0.0)
+        s += float(wide.sum())
+        a += float(wide.abs().sum())
     k = min(n, max(k, 0))
     idx = [(i * n) // k for i in range(k)]
     picked = flat.index_select(0, torch.tensor(idx, dtype=torch.long, device=flat.device))
@@ -994,18 +1012,32 @@ def phase_a(job, conf, dev):
                 res["compile_check"] = (f"mismatch: '{name}' has shape {list(c.shape)}, "
                                         f"eager {list(e.shape)}")
                 return res, None
-            c, e = c.double(), e.double()
-            bad = ~torch.isclose(c, e, rtol=0 if exact else rtol, atol=0 if exact else atol,
-                                 equal_nan=True)
-            if bool(bad.any()):
-                j = int(bad.reshape(-1).nonzero()[0])
-                res["compile_check"] = (
-                    f"mismatch: '{name}' differs from eager at {int(bad.sum())} of {bad.numel()} "
-                    f"elements, first at flat index {j}: eager {float(e.reshape(-1)[j])!r} "
-                    f"compiled {float(c.reshape(-1)[j])!r} (atol {atol}, rtol {rtol})")
+            why = differs(c, e, 0 if exact else atol, 0 if exact else rtol)
+            if why:
+                res["compile_check"] = f"mismatch: '{name}' {why}"
                 return res, None
         res["compile_check"] = "ok"
     return res, (mod, fn)
+
+
+def differs(got, want, atol, rtol):
+    """None where got is within atol + rtol |want| of want everywhere (NaN where NaN), else where
+    it is not; compared in float64 a slice at a time."""
+    g, w = got.reshape(-1), want.reshape(-1)
+    count, first = 0, None
+    for i in range(0, w.numel(), SLICE):
+        a, b = g[i:i + SLICE].double(), w[i:i + SLICE].double()
+        bad = ~torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+        n = int(bad.sum())
+        if n and first is None:
+            j = int(bad.nonzero()[0])
+            first = (i + j, float(b[j]), float(a[j]))
+        count += n
+    if not count:
+        return None
+    j, e, c = first
+    return (f"differs from eager at {count} of {w.numel()} elements, first at flat index {j}: "
+            f"eager {e!r} compiled {c!r} (atol {atol}, rtol {rtol})")
 
 
 class Flusher:

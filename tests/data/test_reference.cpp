@@ -1,6 +1,9 @@
 #include "data/degeneracy.hpp"
 #include "data/reference.hpp"
 #include "data/task_check.hpp"
+#include "data/task_hash.hpp"
+#include "data/task_parse.hpp"
+#include "tests/data/sample_tasks.hpp"
 
 #include <ATen/ATen.h>
 #include <cmath>
@@ -296,6 +299,19 @@ TEST_CASE("low-precision tasks round inputs and outputs to their dtype") {
   CHECK(at::equal(in[0].to(at::kBFloat16).to(at::kFloat), in[0]));
 }
 
+TEST_CASE("params are drawn from the task's param_seed where it has one, else its name's") {
+  auto plain = task_from_toml(test::kGemm, "gemm.toml");
+  REQUIRE(plain);
+  auto seeded = *plain;
+  seeded.param_seed = 2;
+  CHECK(default_param_seed(*plain) == (fnv1a64(plain->name) & 0x7fffffffffffull));
+  CHECK(default_param_seed(seeded) == 2);
+  c10::Device cpu(c10::kCPU);
+  auto drawn = make_params(seeded, default_param_seed(seeded), cpu);
+  CHECK(at::equal(drawn[0], make_params(*plain, 2, cpu)[0]));
+  CHECK_FALSE(at::equal(drawn[0], make_params(*plain, default_param_seed(*plain), cpu)[0]));
+}
+
 TEST_CASE("degenerate tasks are flagged") {
   c10::Device cpu(c10::kCPU);
   SUBCASE("a healthy task passes") {
@@ -358,6 +374,32 @@ TEST_CASE("degenerate tasks are flagged") {
     auto r = check_degeneracy(t, cpu, 3);
     REQUIRE(r);
     CHECK_FALSE(r->degenerate);
+  }
+  SUBCASE("a slice at a time gives the verdict and figures of the whole output") {
+    // Slices of 1000 elements (not a divisor of 4 x 16384): every branch sums across slices.
+    auto sm = one_op("softmax", {{4, 16384}}, {{"dim", int64_t{1}}});
+    sm.inputs[0].init = init_kind::normal;
+    auto ex = one_op("exp", {{64, 64}});
+    ex.inputs[0].scale = 1e-3;
+    ex.tol.atol = ex.tol.rtol = 4e-4;
+    auto mx = one_op("argmax", {{64, 64}}, {{"dim", int64_t{1}}});
+    for (int k = 0; k < 4; ++k) {
+      auto t = k == 3 ? mx : k == 2 ? ex : sm;
+      if (k == 1) t.tol.atol = t.tol.rtol = 1e-3;
+      auto whole = check_degeneracy(t, cpu, 3);
+      auto sliced = check_degeneracy(t, cpu, 3, 1000);
+      REQUIRE(whole);
+      REQUIRE(sliced);
+      CHECK(sliced->degenerate == whole->degenerate);
+      CHECK(sliced->reason == whole->reason);
+      CHECK(sliced->max_abs == doctest::Approx(whole->max_abs));
+      CHECK(sliced->zero_pass_share == doctest::Approx(whole->zero_pass_share));
+    }
+    auto nan = one_op("log", {{8, 1000}});
+    nan.inputs[0].init = init_kind::normal; // a NaN in a later slice is still seen
+    auto n = check_degeneracy(nan, cpu, 3, 999);
+    REQUIRE(n);
+    CHECK(n->reason.find("NaN or Inf") != std::string::npos);
   }
   SUBCASE("the max of many uniform samples is near-constant") {
     auto r = check_degeneracy(one_op("amax", {{4, 1 << 16}}, {{"dim", int64_t{1}}}), cpu);

@@ -101,6 +101,28 @@ TEST_CASE("draw modifiers parse, round trip, and move the hash only when present
   CHECK(contains(not_square, "needs square matrices in the last two dimensions"));
 }
 
+TEST_CASE("param_seed: parsed, round tripped and hashed") {
+  auto plain = task_from_toml(kGemm, "gemm.toml");
+  REQUIRE(plain);
+  CHECK_FALSE(plain->param_seed);
+  CHECK_FALSE(task_to_json(*plain).contains("param_seed"));
+  auto t = task_from_toml(replace(kGemm, "level = 2\n", "level = 2\nparam_seed = 2\n"), "t.toml");
+  REQUIRE_MESSAGE(t.has_value(), (t ? "" : t.message()));
+  CHECK(t->param_seed == uint64_t{2});
+  CHECK(task_to_json(*t)["param_seed"] == 2);
+  auto again = task_from_toml(task_to_toml(*t), "mem.toml");
+  REQUIRE(again);
+  CHECK(again->param_seed == uint64_t{2});
+  CHECK(structure_hash(*t) == structure_hash(*plain));
+  CHECK(content_hash(*t) != content_hash(*plain)); // other numbers: another stored baseline
+  for (const char* bad : {"param_seed = -1", "param_seed = 140737488355328", "param_seed = 1.5"}) {
+    auto b = task_from_toml(replace(kGemm, "level = 2\n", "level = 2\n" + std::string(bad) + "\n"),
+                            "t.toml");
+    REQUIRE_FALSE(b);
+    CHECK(contains(b.message(), "param_seed"));
+  }
+}
+
 TEST_CASE("every validation error names file, task, op and field") {
   SUBCASE("TOML syntax error carries the line") {
     auto msg = checked_error(replace(kGemm, "level = 2", "level = = 2"));

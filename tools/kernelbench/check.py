@@ -167,7 +167,8 @@ def map_problem(prob, conf):
         if p["name"] in needed and p.get("of"):
             needed.add(p["of"])
     params = [p for p in m.params if p["name"] in needed]
-    redrawn, redrawn_params = redraw.apply(conf.get("redraw"), inputs, params, bool_inputs)
+    redrawn, redrawn_params, seed = redraw.apply(conf.get("redraw"), inputs, params,
+                                                 bool_inputs)
     if level is None:
         level = 1 if len(ops) == 1 else 2
         res["level"] = level
@@ -186,6 +187,8 @@ def map_problem(prob, conf):
             "outputs": outs, "inputs": [{k: v for k, v in d.items() if k in INPUT_KEYS}
                                         for d in inputs],
             "params": params, "ops": ops, "kernelbench": kb}
+    if seed is not None:
+        spec["param_seed"] = seed
     shapes_by_value = {}
     for v in m.val.values():
         if isinstance(v, T) and v.shape is not None:

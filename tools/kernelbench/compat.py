@@ -3,7 +3,10 @@ math where they are missing, so such problems import here too: torch 2.0's
 F.scaled_dot_product_attention (Debian's torch is 1.13), and einops.rearrange (Debian does not
 package einops; KernelBench's Mamba2 imports it). Nothing is replaced where the real one exists.
 Both forms trace through them (torch.fx into spec v1 ops, torch.jit.trace into the module: a
-rearrange is a reshape and a permute), so the task is the same math either way."""
+rearrange is a reshape and a permute), so the task is the same math either way. The ModelNew
+build (submission/kernelbench_build.py) and kernel host (kernel_host/python_host.cpp) embed this
+file and supply the same, so a ModelNew written from the problem's Model runs where the Model
+was imported. Standard library and torch only: it runs in those sandboxed processes too."""
 import importlib.util
 import math
 import re

@@ -51,10 +51,12 @@ def model_args(items, tensors, casts):
     return out
 
 
-def flat_wrapper(model, items, casts):
+def flat_wrapper(model, items, casts, fresh=()):
     """A module whose forward takes get_inputs()'s tensors as Kiln gives them (float32; the other
     items bound as constants), casts them as the Model takes them and returns its outputs
-    flattened: what torch.jit.trace can record."""
+    flattened: what torch.jit.trace can record. fresh: attribute paths the forward writes (its
+    state, never read across calls): each call works on a copy, so no call writes into a task
+    param that every call, and every thread, shares."""
 
     class Flat(nn.Module):
         def __init__(self):
@@ -62,6 +64,9 @@ def flat_wrapper(model, items, casts):
             self.m = model
 
         def forward(self, *tensors):
+            for path in fresh:
+                mod, leaf = _parent(self.m, path)
+                setattr(mod, leaf, getattr(mod, leaf).clone())
             return tuple(flat_outputs(self.m(*model_args(items, tensors, casts))))
 
     return Flat()
@@ -180,12 +185,13 @@ def declare_params(model, twin, inits, input_names):
     return m, pairs, attrs, notes
 
 
-def trace_module(model, items, tensors, casts, device, buffers=()):
+def trace_module(model, items, tensors, casts, device, buffers=(), fresh=()):
     """TorchScript of the flat wrapper, traced on `device`, the plain attributes at `buffers`
-    traced as buffers; warnings torch.jit gives are kept."""
+    traced as buffers, those at `fresh` copied at each call; warnings torch.jit gives are
+    kept."""
     try:
         wrapper = flat_wrapper(as_buffers(copy.deepcopy(model), buffers).to(device), items,
-                               casts)
+                               casts, fresh)
     except Exception as e:
         raise Blocked("module", "the Model cannot be copied for tracing", _short(e))
     args = tuple(x.to(device) for x in tensors)
@@ -248,6 +254,30 @@ def blob_with_placeholders(traced, keys, device):
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _check_state_unread(model, call, example, ys, changed, res):
+    """A forward that replaces a plain attribute (VanillaRNN's `self.hidden = ...`) is a task only
+    where its output never reads what an earlier call left there (VanillaRNN copies its
+    `initial_hidden` input in first): calls on inputs A, then on other inputs B, then on A again
+    must give A's output. Otherwise two calls on the same inputs compute two outputs, which no
+    reference can check. Raises Blocked."""
+    gen = torch.Generator().manual_seed(7)
+    other = [torch.rand(x.shape, generator=gen) * 2 - 1 if x.is_floating_point() else x
+             for x in example]
+    where = ", ".join(f"Model.{p}" for p in changed)
+    try:
+        call(model, other)
+        later = call(model)
+    except Exception as e:
+        raise Blocked("load", "Model.forward fails here", _short(e))
+    for a, b in zip(ys, later):
+        if a.shape != b.shape or not torch.allclose(a, b, atol=1e-5, rtol=1e-5, equal_nan=True):
+            raise Blocked("random", "forward reads state an earlier call left",
+                          f"{where} is another tensor after a call, and a call on other inputs "
+                          "in between changes the output: no reference can check it")
+    res["notes"].append(f"forward replaces {where}, but its output does not read what an "
+                        "earlier call left there (inputs A, B, A give A's output again)")
+
+
 def map_module(prob, conf, why):
     """The problem as a pytorch_module task. `why`: the spec v1 blockers (the reason for this
     form). Returns (state, res) as map_problem does; raises Blocked."""
@@ -298,13 +328,13 @@ def map_module(prob, conf, why):
     m, pairs, attrs, notes = declare_params(model, twin, inits, names)
     attr_paths = [p for p, _ in attrs]
     res["notes"] += notes
-    redrawn, redrawn_params = redraw.apply(conf.get("redraw"), inputs, m.params,
+    redrawn, redrawn_params, seed = redraw.apply(conf.get("redraw"), inputs, m.params,
                                            bool_inputs | set(int64_inputs))
     device = torch.device(conf["device"])
     example = [items[i].float() for i in tensor_pos]  # as Kiln gives them
 
-    def call(mod):  # fresh copies of the inputs each time: a forward may write into them
-        return flatten(mod(*model_args(items, [x.to(device).clone() for x in example], casts)))
+    def call(mod, xs=example):  # fresh copies of the inputs each time: a forward may write them
+        return flatten(mod(*model_args(items, [x.to(device).clone() for x in xs], casts)))
 
     with torch.no_grad():
         try:
@@ -323,11 +353,10 @@ def map_module(prob, conf, why):
         except Exception as e:
             raise Blocked("load", "Model.forward fails here", _short(e))
         after = _tensor_attrs(model, plain_only=True)
-        for path, t in before.items():
-            if path not in after or not _same(t, after[path]):
-                raise Blocked("random", "forward changes the Model's own state",
-                              f"Model.{path} is another tensor after a call: two calls on the "
-                              "same inputs compute two outputs, which no reference can check")
+        changed = [p for p, t in before.items() if p not in after or not _same(t, after[p])]
+        # state the forward replaces, never read across calls (else refused just below)
+        if changed:
+            _check_state_unread(model, call, example, ys, changed, res)
         for k, (a, b) in enumerate(zip(ys, again)):
             if not a.is_floating_point() or a.dtype != torch.float32:
                 raise Blocked("module", "an output that is not float32",
@@ -353,7 +382,7 @@ def map_module(prob, conf, why):
                               "(a random attribute or number) that a submission's Model would "
                               "draw otherwise")
         del twin, other, again
-    traced, said = trace_module(model.cpu(), items, example, casts, device, attr_paths)
+    traced, said = trace_module(model.cpu(), items, example, casts, device, attr_paths, changed)
     if said:
         res["notes"].append("torch.jit.trace warned: " + "; ".join(said[:2]))
     follows_the_model(traced, model.to(device), items, [x.to(device) for x in example], casts,
@@ -382,6 +411,8 @@ def map_module(prob, conf, why):
             "outputs": outs, "inputs": [{k: v for k, v in d.items() if k in INPUT_KEYS}
                                         for d in inputs],
             "params": params, "ops": ops, "kernelbench": kb}
+    if seed is not None:
+        spec["param_seed"] = seed
     res["ops"] = len(ops)
     res["level"] = level
     res["torchscript_bytes"] = len(blob) * 3 // 4

@@ -165,7 +165,7 @@ def import_problem(prob, conf, limits):
         return res
     why = (res.get("degenerate") or ["degenerate"])[0]
     tried, outcomes = [], []
-    for variant in redraw.VARIANTS:
+    for variant in redraw.variants_for(prob["code"]):
         again = import_sized(prob, dict(conf, redraw=(variant, why)), limits)
         if again["status"] == "imported":
             again["redrawn"] = {"variant": variant, "why": why}

@@ -1,4 +1,4 @@
-# A forward that replaces the Model's own state (KernelBench's VanillaRNN keeps its last hidden
+# A forward that reads the state an earlier call left (a VanillaRNN that keeps its last hidden
 # state): two calls on the same inputs compute two outputs, so the importer refuses it.
 import torch
 import torch.nn as nn
