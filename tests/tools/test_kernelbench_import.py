@@ -659,6 +659,23 @@ class SmallRuns(unittest.TestCase):
         self.assertEqual(r["shapes_only_validate"]["exit"], 0)
 
     @need_kiln
+    def test_batchnorm_degenerate_on_a_scaled_batch_of_one_is_checked_at_two(self):
+        out = os.path.join(self.tmp, "out_bn")
+        r = self.report(os.path.join(DATA, "sizes", "bn_spatial_mean.py"), "--out", out,
+                        "--kiln", KILN, "--scale-batch", "0.015625")
+        (p,) = r["problems"]
+        self.assertEqual(p["status"], "imported", p["notes"])
+        self.assertEqual(p["scaling"]["batch_size"], {"from": 64, "to": 2, "least": 2})
+        self.assertIn("at batch 1 degenerate (BatchNorm normalizes each sample by its own "
+                      "statistics", " ".join(p["notes"]))
+        self.assertNotIn("redrawn", p)
+        with open(p["out"], "rb") as f:
+            spec = tomllib.load(f)
+        self.assertEqual(spec["inputs"][0]["shape"], [2, 3, 16, 16])
+        self.assertIn("batch_size 64 -> 2 (--scale-batch 0.015625, at least 2 for BatchNorm)",
+                      spec["description"])
+
+    @need_kiln
     def test_a_product_draws_near_one_and_a_clamped_bias_another_param_seed(self):
         out = os.path.join(self.tmp, "out_seed")
         r = self.report(os.path.join(DATA, "redraw", "cumprod_long.py"),

@@ -4,6 +4,7 @@ the problem's own Model as a pytorch_module reference), the size rule and the nu
 prob -> map (spec v1 | pytorch_module) -> size verdict -> check_problem() -> result dict (+ TOML)
 """
 import math
+import re
 import tempfile
 import time
 import traceback
@@ -20,6 +21,10 @@ from .toml_out import to_toml
 
 # BatchNorm in training mode on one value per channel (a scaled batch of 1 at 1 x 1 spatial size)
 ONE_VALUE_PER_CHANNEL = "Expected more than 1 value per channel when training"
+# BatchNorm in training mode on a batch of 1 normalizes each sample by its own statistics: an
+# output that then averages over the spatial dims is zero (KernelBench's L2 77), which at the
+# problem's own batch it is not.
+_BATCH_STATISTICS = re.compile(r"BatchNorm|batch_norm")
 MAX_FORWARD_S_CPU = 15.0  # a module task whose Model's forward takes longer: too_large on cpu
 FORMS = ("auto", "spec", "module")  # --form: spec v1 else module | spec v1 only | module only
 # Blocker kinds no other form can help with: the problem itself does not run or is random, or
@@ -192,13 +197,24 @@ def _outcome(res):
 def import_sized(prob, conf, limits):
     """import_form(); at --scale-batch < 1, a problem still too large to check with its batch
     scaled is tried once more with its other sizes scaled too (by sqrt(F)), and one whose
-    BatchNorm cannot train on the scaled batch of 1 again at batch 2."""
+    BatchNorm cannot train on the scaled batch of 1, or is degenerate on it, again at batch 2."""
     res = import_form(prob, conf, limits)
     if res["status"] == "rejected" and conf["scale_batch"] < 1 and "min_batch" not in conf and \
             any(ONE_VALUE_PER_CHANNEL in b.get("detail", "") for b in res["blockers"]):
         again = import_form(prob, dict(conf, min_batch=2), limits)
         again["notes"].append(f"at batch 1: {res['blockers'][0]['detail'][:160]}; batch 2")
         return again
+    scaled = (res.get("scaling") or {}).get("batch_size") or {}
+    if res["status"] == "degenerate" and "min_batch" not in conf and scaled.get("to") == 1 and \
+            scaled.get("from", 1) > 1 and _BATCH_STATISTICS.search(prob["code"]):
+        again = import_form(prob, dict(conf, min_batch=2), limits)
+        if again["status"] == "imported":
+            again["notes"].append("at batch 1 degenerate (BatchNorm normalizes each sample by "
+                                  f"its own statistics: {(res.get('degenerate') or [''])[0][:120]}"
+                                  "); batch 2")
+            return again
+        res["notes"].append(f"at batch 2 too: {_outcome(again)}")
+    return res
     if res["status"] == "too_large" and not res.get("alone") and conf["scale_batch"] < 1 and \
             (res.get("scaling") or {}).get("batch_size"):
         again = import_form(prob, dict(conf, scale_sizes=True), limits)
