@@ -35,7 +35,8 @@ std::string ms_text(const char* fmt, double a, double b) {
 
 filter_verdict filter_task(const task& t, const filter_options& opts) {
   try {
-    // The params the task will really have: default_param_seed is a function of the name.
+    // The params the task will really have: default_param_seed is a function of the name (or
+    // the task's param_seed).
     auto params = make_params(t, default_param_seed(t), opts.device);
     auto inputs = make_inputs(t, 7, opts.device);
     auto t0 = std::chrono::steady_clock::now();

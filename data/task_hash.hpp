@@ -19,8 +19,9 @@ uint64_t structure_hash(const task& t);
 // tolerance and every attr verbatim. Not the name, level or origin. This keys stored
 // torch.compile / eager baselines: equal content_hash means the same computation on inputs of the
 // same shapes, so a baseline measured once is valid for every task that shares it. Caveat: param
-// values are drawn from a seed derived from the task name (default_param_seed), so two tasks with
-// one content_hash may hold different param values — same cost, different outputs.
+// values are drawn from a seed derived from the task name unless the task gives a param_seed
+// (default_param_seed; a param_seed is hashed), so two tasks with one content_hash may hold
+// different param values — same cost, different outputs.
 uint64_t content_hash(const task& t);
 
 // 16 lowercase hex digits, zero-padded.

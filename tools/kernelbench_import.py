@@ -42,10 +42,13 @@ default atol = rtol = 1e-4). A mismatch rejects the import. Degeneracy, from the
 verdict (constant / all-zeros / NaN outputs), an output that equals one of the inputs within
 tolerance (copying the input passes), or an output within tolerance of zero on more than 99% of its
 elements. A problem degenerate under KernelBench's own draws (ReLU on torch.rand inputs; a deep
-network at torch.nn's default init that forgets its input) is imported again with its inputs drawn
-N(0, 1), its kaiming_uniform weights N(0, 2 / fan_in) (He's rule), then both (tools/kernelbench/
-redraw.py): the first the check accepts is written, its description and the report's `redrawn`
-saying what changed and why; --keep-draws refuses such a problem instead. Degenerate tasks are
+network at torch.nn's default init that forgets its input; a cumprod that underflows; a randn bias
+that clamps every output) is imported again with its inputs drawn N(0, 1), its kaiming_uniform
+weights N(0, 2 / fan_in) (He's rule), both, then its params from another seed (the task's
+param_seed), a product first trying its inputs near 1 (tools/kernelbench/redraw.py): the first the
+check accepts is written, its description and the report's `redrawn` saying what changed and why;
+--keep-draws refuses such a problem instead. A BatchNorm problem degenerate on a batch scaled to 1
+(each sample normalized by itself) is checked at batch 2 first. Degenerate tasks are
 reported and not written unless --allow-degenerate.
 
 --scale-batch F (0 < F <= 1) rewrites a module-level `batch_size = EXPR` to max(1, round(EXPR*F))
@@ -264,7 +267,7 @@ def parse_args(argv):
                    help="write degenerate tasks too (still flagged in the report)")
     p.add_argument("--keep-draws", action="store_true",
                    help="refuse a problem degenerate under KernelBench's own draws rather than "
-                        "redraw its inputs / weights")
+                        "redraw its inputs, weights or param seed")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="problems in parallel")
     p.add_argument("--threads", type=int, default=0, metavar="T",
                    help="torch / kiln threads per job (default: cores / jobs)")

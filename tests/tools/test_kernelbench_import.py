@@ -676,6 +676,16 @@ class SmallRuns(unittest.TestCase):
                       spec["description"])
 
     @need_kiln
+    def test_too_large_with_its_batch_scaled_is_tried_with_its_sizes_scaled(self):
+        out = os.path.join(self.tmp, "out_wide")
+        r = self.report(os.path.join(DATA, "sizes", "wide_linear.py"), "--out", out,
+                        "--kiln", KILN, "--scale-batch", "0.015625", "--max-mib", "2")
+        (p,) = r["problems"]
+        self.assertEqual(p["status"], "imported", p["notes"])
+        self.assertEqual(p["scaling"]["batch_size"], {"from": 64, "to": 1})
+        self.assertEqual(p["scaling"]["sizes"], {"n": {"from": 1024, "to": 128}})
+
+    @need_kiln
     def test_a_product_draws_near_one_and_a_clamped_bias_another_param_seed(self):
         out = os.path.join(self.tmp, "out_seed")
         r = self.report(os.path.join(DATA, "redraw", "cumprod_long.py"),

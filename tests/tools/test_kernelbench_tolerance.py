@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tests of tools/kernelbench/tolerance.py: the float32 / float64 gap and the zeros rule give the
 same answers a slice at a time as over the whole tensor, and the float64 forward moves to the cpu
-when the device runs out of memory. Seconds; needs torch only.
+when the device runs out of memory; and of tools/torch_baselines.py's digest and eager / compiled
+comparison, a slice at a time too. Seconds; needs torch only.
 
     /usr/bin/python3 tests/tools/test_kernelbench_tolerance.py -v
 """
@@ -14,9 +15,10 @@ try:
     import torch
     sys.path.insert(0, os.path.join(ROOT, "tools"))
     from kernelbench import tolerance as tol
+    import torch_baselines as tb
     TORCH_ERROR = None
 except (ImportError, SystemExit) as e:
-    tol, TORCH_ERROR = None, e
+    tol, tb, TORCH_ERROR = None, None, e
 
 
 def state_for(outputs, index=()):
@@ -108,6 +110,37 @@ class Sliced(unittest.TestCase):
         self.assertIsNone(tol.float64_outputs(Broken(), lambda m, a: [m(*a)],
                                               [torch.ones(2)], res))
         self.assertIn("float64 forward fails (ValueError: no float64 kernel)", res["notes"][0])
+
+
+@unittest.skipIf(TORCH_ERROR is not None, f"no torch here: {TORCH_ERROR}")
+class BaselinesSliced(unittest.TestCase):
+    def setUp(self):
+        self.saved = tb.SLICE
+
+    def tearDown(self):
+        tb.SLICE = self.saved
+
+    def test_digest_is_the_same_in_slices(self):
+        x = torch.randn(12345, generator=torch.Generator().manual_seed(0))
+        x[5000], x[11000] = float("nan"), float("inf")  # in the 6th and 12th slices of 1000
+        whole = tb.digest(x, 8)
+        tb.SLICE = 1000
+        sliced = tb.digest(x, 8)
+        self.assertEqual(sliced["nonfinite"], 2)
+        self.assertEqual(sliced["samples"], whole["samples"])
+        self.assertAlmostEqual(sliced["sum"], whole["sum"], places=9)
+        self.assertAlmostEqual(sliced["abs_sum"], whole["abs_sum"], places=6)
+
+    def test_differs_names_the_first_bad_element_past_the_first_slice(self):
+        want = torch.randn(12345, generator=torch.Generator().manual_seed(1))
+        got = want.clone()
+        got[7777] += 1
+        got[9000] -= 1
+        tb.SLICE = 1000
+        self.assertIsNone(tb.differs(want.clone(), want, 1e-4, 1e-4))
+        why = tb.differs(got, want, 1e-4, 1e-4)
+        self.assertIn("at 2 of 12345 elements, first at flat index 7777", why)
+        self.assertIn(f"eager {float(want[7777])!r}", why)
 
 
 if __name__ == "__main__":

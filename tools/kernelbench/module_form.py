@@ -254,15 +254,15 @@ def blob_with_placeholders(traced, keys, device):
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _check_state_unread(model, call, example, ys, changed, res):
+def _check_state_unread(model, call, example, decls, ys, changed, res):
     """A forward that replaces a plain attribute (VanillaRNN's `self.hidden = ...`) is a task only
     where its output never reads what an earlier call left there (VanillaRNN copies its
     `initial_hidden` input in first): calls on inputs A, then on other inputs B, then on A again
     must give A's output. Otherwise two calls on the same inputs compute two outputs, which no
-    reference can check. Raises Blocked."""
+    reference can check. B: each input drawn again by its task draw (other_input). Raises
+    Blocked."""
     gen = torch.Generator().manual_seed(7)
-    other = [torch.rand(x.shape, generator=gen) * 2 - 1 if x.is_floating_point() else x
-             for x in example]
+    other = [other_input(x, d, gen) for x, d in zip(example, decls)]
     where = ", ".join(f"Model.{p}" for p in changed)
     try:
         call(model, other)
@@ -329,7 +329,7 @@ def map_module(prob, conf, why):
     attr_paths = [p for p, _ in attrs]
     res["notes"] += notes
     redrawn, redrawn_params, seed = redraw.apply(conf.get("redraw"), inputs, m.params,
-                                           bool_inputs | set(int64_inputs))
+                                                 bool_inputs | set(int64_inputs))
     device = torch.device(conf["device"])
     example = [items[i].float() for i in tensor_pos]  # as Kiln gives them
 
@@ -356,7 +356,7 @@ def map_module(prob, conf, why):
         changed = [p for p, t in before.items() if p not in after or not _same(t, after[p])]
         # state the forward replaces, never read across calls (else refused just below)
         if changed:
-            _check_state_unread(model, call, example, ys, changed, res)
+            _check_state_unread(model, call, example, inputs, ys, changed, res)
         for k, (a, b) in enumerate(zip(ys, again)):
             if not a.is_floating_point() or a.dtype != torch.float32:
                 raise Blocked("module", "an output that is not float32",

@@ -29,6 +29,7 @@ VARIANTS = ("normal_inputs", "he_weights", "normal_inputs+he_weights", "param_se
 # zeros pass: such a problem first tries inputs near 1, U[1 - e, 1 + e) with e = sqrt(3 / n) for
 # the input's longest dim n, whose product over n factors has a log of variance about 1.
 UNIT_PRODUCT = "unit_product_inputs"
+_FIXED = ("ones", "zeros")  # param inits no seed changes
 _PRODUCT = re.compile(r"\bcumprod\b|\bprod\(")
 _PLAIN = ("scale", "shift", "random_scale", "softmax", "structure")  # modifiers: such a draw is kept as made
 
@@ -84,8 +85,8 @@ def apply(redraw, inputs, params, skip=()):
     variant, why = redraw
     said, weights = [], []
     if variant.startswith("param_seed:"):
-        if not params:
-            raise Blocked("redraw", f"{variant}: nothing to redraw", "no param")
+        if all(d.get("init") in _FIXED for d in params):
+            raise Blocked("redraw", f"{variant}: nothing to redraw", "no param drawn at random")
         seed = int(variant.split(":")[1])
         return (f"; params drawn by Kiln from seed {seed}, each as the Model's own init (under "
                 f"the seed of the task's name: {why})"), set(), seed

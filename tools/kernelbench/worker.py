@@ -214,7 +214,6 @@ def import_sized(prob, conf, limits):
                                   "); batch 2")
             return again
         res["notes"].append(f"at batch 2 too: {_outcome(again)}")
-    return res
     if res["status"] == "too_large" and not res.get("alone") and conf["scale_batch"] < 1 and \
             (res.get("scaling") or {}).get("batch_size"):
         again = import_form(prob, dict(conf, scale_sizes=True), limits)
