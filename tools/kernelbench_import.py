@@ -121,7 +121,7 @@ def run_all(probs, conf, progress):
     """Each problem in a forked process (a crash or a hang costs that problem only)."""
     ctx = mp.get_context("fork")
     pending = list(enumerate(probs))
-    running = {}  # index -> (process, conn, start)
+    running = {}  # index -> (process, conn, start, this attempt's start)
     results = [None] * len(probs)
     while pending or running:
         while pending and len(running) < conf["jobs"]:
@@ -130,19 +130,22 @@ def run_all(probs, conf, progress):
             p = ctx.Process(target=worker_main, args=(prob, conf, w), daemon=True)
             p.start()
             w.close()
-            running[i] = (p, r, time.time())
+            running[i] = (p, r, time.time(), time.time())
         done = []
-        for i, (p, r, start) in running.items():
+        for i, (p, r, start, attempt) in running.items():
             res = None
             if r.poll(0.05):
                 try:
                     res = r.recv()
                 except EOFError:
                     res = None
+                if res is not None and "attempt" in res:  # a redraw starts: its own --timeout
+                    running[i] = (p, r, start, time.time())
+                    continue
                 p.join()
             elif not p.is_alive():
                 p.join()
-            elif time.time() - start > conf["timeout"]:
+            elif time.time() - attempt > conf["timeout"]:
                 os.kill(p.pid, signal.SIGKILL)
                 p.join()
                 res = _failed(probs[i], "timeout", f"over --timeout {conf['timeout']} s")
@@ -286,7 +289,8 @@ def parse_args(argv):
                         "cpu, whose reference BLAS runs a few GFLOP/s; none on cuda); larger: "
                         "too_large")
     p.add_argument("--timeout", type=float, default=900.0, metavar="S",
-                   help="seconds per problem")
+                   help="seconds per check of a problem (each redraw of a degenerate one is "
+                        "a check of its own)")
     p.add_argument("--form", choices=FORMS, default="auto",
                    help="auto: spec v1 when it says the problem exactly, else the problem's own "
                         "Model as the reference (op pytorch_module); spec: spec v1 only; module: "

@@ -1059,6 +1059,29 @@ class InProcess(unittest.TestCase):
         self.assertEqual(size_verdict(9 * gib, 2048, 8192), "too_large")
         self.assertEqual(size_verdict(3 * gib, 2048, 2048), "too_large")  # cpu: no "alone"
 
+    def test_timeout_is_per_check_each_redraw_starting_it_again(self):
+        import time as clock
+
+        def redraws(prob, conf, conn):  # four checks of 0.7 s: 2.8 s in all, over the timeout
+            for k in range(4):
+                clock.sleep(0.7)
+                conn.send({"attempt": f"variant {k}"})
+            conn.send(dict(prob, status="degenerate", blockers=[], notes=[], rewrites=[]))
+
+        def hangs(prob, conf, conn):
+            clock.sleep(3.5)
+
+        saved = ki.worker_main
+        try:
+            for fake, want in ((redraws, "degenerate"), (hangs, "rejected")):
+                ki.worker_main = fake
+                (res,) = ki.run_all([{"source": "p.py", "name": "kb_l1_p", "level": 1}],
+                                    dict(self.CONF, timeout=2.0, jobs=1), lambda i, r: None)
+                self.assertEqual(res["status"], want, res)
+            self.assertEqual(res["blockers"][0]["kind"], "timeout")
+        finally:
+            ki.worker_main = saved
+
     def problem(self, rel):
         probs = ki.load_problems([os.path.join(DATA, rel)], None)
         ki.assign_names(probs)

@@ -171,6 +171,8 @@ def import_problem(prob, conf, limits):
     why = (res.get("degenerate") or ["degenerate"])[0]
     tried, outcomes = [], []
     for variant in redraw.variants_for(prob["code"]):
+        if conf.get("attempt"):
+            conf["attempt"](variant)  # a check of its own: --timeout starts again
         again = import_sized(prob, dict(conf, redraw=(variant, why)), limits)
         if again["status"] == "imported":
             again["redrawn"] = {"variant": variant, "why": why}
@@ -247,11 +249,13 @@ def import_form(prob, conf, limits):
 
 
 def worker_main(prob, conf, conn):
-    """One problem in its own process; sends the result dict."""
+    """One problem in its own process; sends {"attempt": variant} as each redraw starts (its own
+    --timeout), then the result dict."""
     torch.set_num_threads(conf["threads"])
     t0 = time.perf_counter()
     try:
-        res = import_problem(prob, conf, prepare_device(conf))
+        started = dict(conf, attempt=lambda what: conn.send({"attempt": what}))
+        res = import_problem(prob, started, prepare_device(conf))
     except Exception as e:
         res = {"source": prob["source"], "name": prob["name"], "level": prob["level"],
                "status": "rejected", "rewrites": [], "notes": [],
