@@ -29,6 +29,11 @@ def _kiln_start(threads, cuda_device):
     # A parallel op now, so OpenMP's workers exist before seccomp forbids new threads.
     a = torch.ones(256, 256)
     (a @ a).sum().item()
+    # And a reduction whose inner loop asks for the thread count inside the parallel region (as
+    # logsumexp's amax does): each worker then runs ATen's lazy per-thread set-up, which starts a
+    # thread pool, now. Left to the first such op under seccomp, it waits forever for a thread
+    # that may not start (a ModelNew with a logsumexp timed out).
+    torch.ones(max(threads, 1) * 64, 4096).logsumexp(dim=1).sum().item()
     if cuda_device >= 0:
         # torch's context is the primary one the C++ side made; cuBLAS and the caching
         # allocator start here, before the sandbox.

@@ -964,6 +964,11 @@ class ModuleForm(unittest.TestCase):
         self.assertNotEqual(row["outcome"], "correct")
         self.assertIn("no tensor attribute 'h0' of shape [1, 4, 16]", json.dumps(row))
 
+    def test_a_modelnew_with_a_threaded_reduction_runs_in_the_sandboxed_host(self):
+        p = self.p["logsumexp_rows"]  # spec v1 says it; ModelNew runs against any import
+        self.assertEqual(p["status"], "imported", p["blockers"])
+        self.model_as_modelnew_is_correct(p)
+
     def test_the_shims_reach_a_modelnew_too(self):
         # einops.rearrange and torch 2's SDPA, missing here: supplied to the import, the ModelNew
         # build and the kernel host alike
@@ -1000,7 +1005,7 @@ class ModuleForm(unittest.TestCase):
                                "--kiln", KILN, "--suite", self.out],
                               capture_output=True, text=True, timeout=600)
         self.assertEqual(proc.returncode, 0, proc.stdout[-2000:] + proc.stderr[-2000:])
-        self.assertIn("8 tasks: fidelity 8 ok, 0 mismatch, 0 error", proc.stdout)
+        self.assertIn("9 tasks: fidelity 9 ok, 0 mismatch, 0 error", proc.stdout)
 
     def test_a_module_made_for_another_device_runs_on_this_one(self):
         # torch.jit.trace keeps the device of tensors a forward makes as constants (an RNN's
