@@ -626,28 +626,29 @@ class SmallRuns(unittest.TestCase):
         self.assertTrue(os.path.isfile(os.path.join(out, "level1", "kb_l1_relu_uniform.toml")))
         self.assertEqual(r["summary"]["1"]["degenerate_flagged"], 1)
 
+    def redrawn(self, r, stem, variant):
+        """The problem imported under the redraw `variant`: (its result, its task)."""
+        p = by_stem(r)[stem]
+        self.assertEqual((p["status"], p.get("redrawn", {}).get("variant")),
+                         ("imported", variant), p["notes"])
+        with open(p["out"], "rb") as f:
+            return p, tomllib.load(f)
+
     @need_kiln
     def test_degenerate_under_kernelbenchs_draws_is_redrawn(self):
         out = os.path.join(self.tmp, "out")
         r = self.report(os.path.join(DATA, "level1", "relu_uniform.py"),
                         os.path.join(DATA, "redraw", "deep_narrow_relu.py"),
                         "--out", out, "--kiln", KILN, "--jobs", "2")
-        relu, deep = by_stem(r)["relu_uniform"], by_stem(r)["deep_narrow_relu"]
         # relu on U[0, 1) is the identity: its input is drawn N(0, 1) instead
-        self.assertEqual((relu["status"], relu["redrawn"]["variant"]),
-                         ("imported", "normal_inputs"), relu["notes"])
+        relu, spec = self.redrawn(r, "relu_uniform", "normal_inputs")
         self.assertIn("copying input 'x' passes", relu["redrawn"]["why"])
-        with open(relu["out"], "rb") as f:
-            spec = tomllib.load(f)
         self.assertEqual(spec["inputs"][0]["init"], "normal")
         self.assertIn("redrawn by Kiln: input x drawn N(0, 1), not U[0, 1)", spec["description"])
         # twelve layers at torch.nn's init forget the input; N(0, 1) inputs do not help, He does
-        self.assertEqual((deep["status"], deep["redrawn"]["variant"]), ("imported", "he_weights"),
-                         deep["notes"])
+        deep, spec = self.redrawn(r, "deep_narrow_relu", "he_weights")
         self.assertIn("does not change with the inputs", deep["redrawn"]["why"])
         self.assertIn("normal_inputs: degenerate", " ".join(deep["notes"]))
-        with open(deep["out"], "rb") as f:
-            spec = tomllib.load(f)
         weights = [p for p in spec["params"] if p["name"].endswith("weight")]
         self.assertEqual(len(weights), 13)
         for w in weights:  # N(0, 2 / fan_in); the biases keep torch.nn's rule
@@ -691,24 +692,17 @@ class SmallRuns(unittest.TestCase):
         r = self.report(os.path.join(DATA, "redraw", "cumprod_long.py"),
                         os.path.join(DATA, "redraw", "clamped_bias.py"),
                         "--out", out, "--kiln", KILN, "--jobs", "2")
-        prod, clamp = by_stem(r)["cumprod_long"], by_stem(r)["clamped_bias"]
         # cumprod of U[0, 1) is zeros past ~100 columns: inputs U[1 - e, 1 + e), e = sqrt(3 / 4096)
-        self.assertEqual((prod["status"], prod["redrawn"]["variant"]),
-                         ("imported", "unit_product_inputs"), prod["notes"])
+        prod, spec = self.redrawn(r, "cumprod_long", "unit_product_inputs")
         self.assertIn("all-zeros output is within tolerance", prod["redrawn"]["why"])
-        with open(prod["out"], "rb") as f:
-            spec = tomllib.load(f)
         e = math.sqrt(3 / 4096)
         self.assertAlmostEqual(spec["inputs"][0]["scale"], 2 * e)
         self.assertAlmostEqual(spec["inputs"][0]["shift"], 1 - e)
         self.assertIn("input x drawn U[1 - 0.0271, 1 + 0.0271)", spec["description"])
         self.assertNotIn("param_seed", spec)
         # the name's seed draws the bias past the clamp; seed 1 does not, and the task says so
-        self.assertEqual((clamp["status"], clamp["redrawn"]["variant"]),
-                         ("imported", "param_seed:1"), clamp["notes"])
+        clamp, spec = self.redrawn(r, "clamped_bias", "param_seed:1")
         self.assertIn("does not change with the inputs", clamp["redrawn"]["why"])
-        with open(clamp["out"], "rb") as f:
-            spec = tomllib.load(f)
         self.assertEqual(spec["param_seed"], 1)
         self.assertEqual(spec["params"], [{"name": "bias", "shape": [1], "init": "normal"}])
         self.assertIn("params drawn by Kiln from seed 1", spec["description"])
