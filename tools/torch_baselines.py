@@ -857,13 +857,20 @@ SLICE = 1 << 24  # elements per float64 slice (128 MiB): KernelBench's level 1 o
 # sizes hold 1.6 G elements, which a float64 copy of the whole would double twice over
 
 
+def slices(a, *others):
+    """Matching flat slices of same-sized tensors, each as float64 on a's device (a float64
+    forward that ran on the cpu meets a cuda output one slice at a time)."""
+    flat = [t.detach().reshape(-1) for t in (a,) + others]
+    for i in range(0, flat[0].numel(), SLICE):
+        yield tuple(t[i:i + SLICE].to(a.device, torch.float64) for t in flat)
+
+
 def digest(x, k):
     """data/tensor_digest.cpp digest_of(), its float64 sums a slice at a time."""
     flat = x.detach().reshape(-1)
     n = flat.numel()
     nonfinite, s, a = 0, 0.0, 0.0
-    for i in range(0, n, SLICE):
-        wide = flat[i:i + SLICE].to(torch.float64)
+    for (wide,) in slices(flat):
         if flat.is_floating_point():
             bad = int((~torch.isfinite(wide)).sum())
             if bad:
@@ -1025,20 +1032,19 @@ def phase_a(job, conf, dev):
 def differs(got, want, atol, rtol):
     """None where got is within atol + rtol |want| of want everywhere (NaN where NaN), else where
     it is not; compared in float64 a slice at a time."""
-    g, w = got.reshape(-1), want.reshape(-1)
-    count, first = 0, None
-    for i in range(0, w.numel(), SLICE):
-        a, b = g[i:i + SLICE].double(), w[i:i + SLICE].double()
+    count, first, at = 0, None, 0
+    for a, b in slices(got, want):
         bad = ~torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
         n = int(bad.sum())
         if n and first is None:
             j = int(bad.nonzero()[0])
-            first = (i + j, float(b[j]), float(a[j]))
+            first = (at + j, float(b[j]), float(a[j]))
         count += n
+        at += b.numel()
     if not count:
         return None
     j, e, c = first
-    return (f"differs from eager at {count} of {w.numel()} elements, first at flat index {j}: "
+    return (f"differs from eager at {count} of {want.numel()} elements, first at flat index {j}: "
             f"eager {e!r} compiled {c!r} (atol {atol}, rtol {rtol})")
 
 

@@ -28,11 +28,11 @@ def state_for(outputs, index=()):
 @unittest.skipIf(TORCH_ERROR is not None, f"no torch here: {TORCH_ERROR}")
 class Sliced(unittest.TestCase):
     def setUp(self):
-        self.saved = (tol.SLICE, tol.QUANTILE_SAMPLE)
+        self.saved = (tb.SLICE, tol.QUANTILE_SAMPLE)
         torch.manual_seed(0)
 
     def tearDown(self):
-        tol.SLICE, tol.QUANTILE_SAMPLE = self.saved
+        tb.SLICE, tol.QUANTILE_SAMPLE = self.saved
 
     def test_window_and_gap_same_in_slices(self):
         y64 = torch.randn(37, 53, dtype=torch.float64)
@@ -41,7 +41,7 @@ class Sliced(unittest.TestCase):
         whole = tol.atol_window(st, [y32], [y64], 1e-4)
         res_whole = {"rewrites": []}
         tol.float32_tolerance(st, [y32], [y64], (1e-4, 1e-4), res_whole)
-        tol.SLICE = 100  # 20 slices, the last one short
+        tb.SLICE = 100  # 20 slices, the last one short
         sliced = tol.atol_window(st, [y32], [y64], 1e-4)
         res_sliced = {"rewrites": []}
         tol.float32_tolerance(st, [y32], [y64], (1e-4, 1e-4), res_sliced)
@@ -53,7 +53,7 @@ class Sliced(unittest.TestCase):
         y64 = torch.zeros(10, dtype=torch.float64)
         y32 = y64.float()
         y32[6] = float("nan")
-        tol.SLICE = 4
+        tb.SLICE = 4
         st = state_for(["y"])
         self.assertIsNone(tol.atol_window(st, [y32], [y64], 1e-4))
         from kernelbench_draws import Blocked
@@ -69,7 +69,7 @@ class Sliced(unittest.TestCase):
         self.assertAlmostEqual(tol.abs_quantile(y, 0.9), ref, delta=10)
 
     def test_degeneracy_in_slices(self):
-        tol.SLICE = 7
+        tb.SLICE = 7
         spec = {"outputs": ["y"]}
         x = torch.rand(10, 10)
         self.assertEqual(tol.degeneracy(spec, [x.clone()], {"x": x}, 1e-4, 1e-4, {}, set()),

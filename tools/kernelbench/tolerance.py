@@ -13,6 +13,7 @@ import math
 import torch
 
 from kernelbench_draws import Blocked
+from torch_baselines import slices  # the float64 slices torch_baselines' digest works in
 
 from .problems import _short
 
@@ -20,16 +21,7 @@ ZERO_SHARE_LIMIT = 0.99  # an all-zeros output within tolerance on more than thi
 ATOL_MARGIN = 4.0  # a task atol holds this many times the float32 / float64 gap (2: each side
 # rounds its own way; 2 more: other draws than the one measured)
 STEPS = [float(f"{m}e{e}") for e in range(-12, 0) for m in (1, 2, 5)]  # 1-2-5 atol steps
-SLICE = 1 << 24  # elements per slice: 128 MiB of float64
 QUANTILE_SAMPLE = 1 << 24  # |y|'s quantile from at most this many evenly spaced elements
-
-
-def slices(a, *others):
-    """Matching flat slices of same-sized tensors, each as float64 on a's device (a float64
-    forward that ran on the cpu meets a cuda output one slice at a time)."""
-    flat = [t.reshape(-1) for t in (a,) + others]
-    for i in range(0, flat[0].numel(), SLICE):
-        yield tuple(t[i:i + SLICE].to(a.device, torch.float64) for t in flat)
 
 
 def _max(values):
